@@ -1,0 +1,87 @@
+"""rmqdump command line: a thin click layer over the library (lazy-loaded per command)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from .. import __version__
+
+# name -> (module, attribute, one-line help). Modules load only when their command runs,
+# so `rmqdump --help` stays fast.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "info": ("rmqdump.cli.info", "info", "Summarise a store: segments, queues, index files, checkpoint, lock."),
+    "scan": ("rmqdump.cli.scan", "scan", "Walk the commitlog and print its records."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        spec = COMMANDS.get(name)
+        if spec is None:
+            return None
+        module = importlib.import_module(spec[0])
+        return getattr(module, spec[1])
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="rmqdump")
+@click.option("--traceback", is_flag=True, help="Show Python tracebacks instead of one-line errors (debugging).")
+@click.pass_context
+def cli(ctx: click.Context, traceback: bool) -> None:
+    """Forensic toolkit for Apache RocketMQ broker stores.
+
+    Reads commitlog, consumequeue, index, checkpoint and config files offline. Read-only
+    commands never modify the store. Exit codes: 0 ok, 1 findings (damage found),
+    2 error (bad input or usage).
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["traceback"] = traceback
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: one-line errors, exit 2, no tracebacks."""
+    from ..errors import RmqdumpError
+
+    show_tb = "--traceback" in (argv if argv is not None else sys.argv[1:])
+    try:
+        rc = cli.main(args=argv, prog_name="rmqdump", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("rmqdump: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2 if e.exit_code not in (0, 1) else e.exit_code)
+    except RmqdumpError as e:
+        if show_tb:
+            raise
+        click.echo(f"rmqdump: error: {e}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        # the reader went away (e.g. `| head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(0)
+    except KeyboardInterrupt:
+        click.echo("rmqdump: interrupted", err=True)
+        sys.exit(130)
+    except OSError as e:
+        if show_tb:
+            raise
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        click.echo(f"rmqdump: error: {where}{e.strerror or e}", err=True)
+        sys.exit(2)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -1,0 +1,63 @@
+"""Shared click option decorators, so every command has the same switches."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import click
+
+from .output import FORMATS
+
+
+def compose(*decorators):
+    def apply(f):
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+store_argument = click.argument("store", type=click.Path(exists=True, path_type=str), metavar="STORE")
+
+output_options = compose(
+    click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default=None,
+                 help="Output format (default: table on a terminal, jsonl when piped)."),
+    click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary lines on stderr."),
+)
+
+body_options = compose(
+    click.option("--body", "body_mode", type=click.Choice(("none", "text", "hex", "base64")), default=None,
+                 help="How to print bodies (default: base64 in jsonl/json/csv, none in table)."),
+    click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies before printing."),
+)
+
+access_options = compose(
+    click.option("--no-mmap", is_flag=True,
+                 help="Read with pread instead of mmap (safe on a live store that may be truncated under us)."),
+    click.option("--max-message-size", type=click.IntRange(1, 1 << 30), default=4 * 1024 * 1024, show_default=True,
+                 help="Broker maxMessageSize; records over this + 64 KiB are treated as damage."),
+)
+
+
+def parse_time(value: str | None, param: str) -> int | None:
+    """ISO 8601 (UTC unless an offset is given) or epoch milliseconds -> epoch ms."""
+    if value is None:
+        return None
+    v = value.strip()
+    if v.lstrip("-").isdigit():
+        return int(v)
+    try:
+        dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither epoch milliseconds nor an ISO 8601 time",
+                                 param_hint=param) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def resolve_body_mode(body_mode: str | None, fmt: str) -> str:
+    if body_mode:
+        return body_mode
+    return "none" if fmt == "table" else "base64"

@@ -1,0 +1,171 @@
+"""Rendering: one stdout console for data, one stderr console for diagnostics, record writers."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.table import Table
+from rich.text import Text
+
+FORMATS = ("table", "jsonl", "json", "csv")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def escape_control(s: str) -> str:
+    """Make data safe for a terminal: control and bidi characters become ``\\xNN``/``\\uNNNN``."""
+
+    def rep(m: re.Match) -> str:
+        c = ord(m.group())
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _CONTROL.sub(rep, s)
+
+
+def _no_color() -> bool:
+    return "NO_COLOR" in os.environ
+
+
+def stdout_console() -> Console:
+    """Data console; wide when piped so tables are not squeezed to 80 columns."""
+    width = None if sys.stdout.isatty() else 240
+    return Console(file=sys.stdout, highlight=False, no_color=_no_color(), width=width)
+
+
+def stderr_console() -> Console:
+    """Diagnostics console; soft-wrapped so every message stays one line."""
+    return Console(file=sys.stderr, stderr=True, highlight=False, no_color=_no_color(), soft_wrap=True)
+
+
+def default_format(fmt: str | None) -> str:
+    """``table`` on a terminal, ``jsonl`` when piped."""
+    if fmt:
+        return fmt
+    return "table" if sys.stdout.isatty() else "jsonl"
+
+
+def iso_ms(ms: int | None) -> str:
+    """Epoch milliseconds as UTC ISO 8601 (``-`` for none/zero/out of range)."""
+    if not ms:
+        return "-"
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+
+
+def _jsonable(v):
+    return v
+
+
+class RecordWriter:
+    """Streams dict rows as table, jsonl, json (one array) or csv to stdout."""
+
+    def __init__(self, fmt: str, columns: Sequence[str], table_columns: Sequence[tuple[str, str, int | None]] = (),
+                 out=None, title: str | None = None):
+        self.fmt = fmt
+        self.columns = list(columns)
+        self.table_columns = list(table_columns) or [(c, c, None) for c in columns]
+        self.out = out or sys.stdout
+        self.count = 0
+        self.title = title
+        self._pending: list[dict] = []
+        self._csv = None
+        self._console = stdout_console() if fmt == "table" else None
+
+    def write(self, row: dict) -> None:
+        fmt = self.fmt
+        if fmt == "jsonl":
+            self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        elif fmt == "json":
+            self.out.write(("[\n" if self.count == 0 else ",\n") + json.dumps(row, ensure_ascii=False))
+        elif fmt == "csv":
+            if self._csv is None:
+                self._csv = csv.writer(self.out)
+                self._csv.writerow(self.columns)
+            self._csv.writerow([_csv_cell(row.get(c)) for c in self.columns])
+        else:
+            self._pending.append(row)
+            if len(self._pending) >= 200:
+                self._flush_table()
+        self.count += 1
+
+    def _flush_table(self) -> None:
+        if not self._pending:
+            return
+        first = self.count <= len(self._pending)
+        table = Table(show_header=first, box=None, pad_edge=False, title=self.title if first else None)
+        for _, header, width in self.table_columns:
+            table.add_column(header, width=width, no_wrap=True, overflow="ellipsis")
+        for row in self._pending:
+            table.add_row(*[Text(escape_control(_cell(row.get(k)))) for k, _, _ in self.table_columns])
+        self._console.print(table)
+        self._pending.clear()
+
+    def close(self) -> None:
+        if self.fmt == "json":
+            self.out.write("[]\n" if self.count == 0 else "\n]\n")
+        elif self.fmt == "table":
+            self._flush_table()
+        self.out.flush()
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (list, tuple)):
+        return " ".join(map(str, v))
+    if isinstance(v, dict):
+        return json.dumps(v, ensure_ascii=False)
+    return str(v)
+
+
+def _csv_cell(v):
+    if v is None:
+        return ""
+    if isinstance(v, dict):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, (list, tuple)):
+        return " ".join(map(str, v))
+    return v
+
+
+def emit_document(doc, fmt: str, render_table: Callable[[Console, object], None]) -> None:
+    """Print one document (info, stats, verify report): JSON for json/jsonl, rich for table."""
+    if fmt in ("json", "jsonl"):
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2 if fmt == "json" else None) + "\n")
+    elif fmt == "csv":
+        raise ValueError("csv is not available for this command")
+    else:
+        render_table(stdout_console(), doc)
+
+
+@contextmanager
+def progress_bar(total: int, description: str, enabled: bool):
+    """A rich progress bar on stderr when it is a terminal; otherwise a no-op updater."""
+    if not enabled or not sys.stderr.isatty() or total <= 0:
+        yield lambda done: None
+        return
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        TimeRemainingColumn(), console=stderr_console(), transient=True)
+    with progress:
+        task = progress.add_task(description, total=total)
+        yield lambda done: progress.update(task, completed=done)
+
+
+def diag(message: str, style: str | None = None) -> None:
+    """One diagnostic line on stderr (never on the data stream)."""
+    stderr_console().print(Text(escape_control(message), style=style or ""))
+
+
+def consume(it: Iterable) -> None:
+    for _ in it:
+        pass

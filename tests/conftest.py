@@ -1,0 +1,41 @@
+"""Shared fixtures: the real RocketMQ stores beside the checkout and the bundled fixture store."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+REAL = SHARED / "real-store" / "broker498"
+FIXTURES = REPO / "fixtures"
+
+
+def manifest(name: str) -> list[dict]:
+    """Lines of a real-store manifest (e.g. ``clean`` or ``crash_kill9_after_rocketmq_recovery``)."""
+    path = REAL / f"manifest_{name}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def real_store(name: str) -> Path:
+    path = REAL / name
+    if not path.is_dir():
+        pytest.skip(f"real store {path} is not beside the checkout")
+    return path
+
+
+@pytest.fixture
+def store_copy(tmp_path):
+    """Return a function copying a real store into a writable temp dir."""
+
+    def _copy(name: str) -> Path:
+        dst = tmp_path / name
+        shutil.copytree(real_store(name), dst)
+        for p in [dst, *dst.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        return dst
+
+    return _copy
