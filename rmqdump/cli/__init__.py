@@ -31,6 +31,21 @@ class LazyGroup(click.Group):
         module = importlib.import_module(spec[0])
         return getattr(module, spec[1])
 
+    def invoke(self, ctx: click.Context):
+        from ..errors import RmqdumpError
+
+        try:
+            return super().invoke(ctx)
+        except (RmqdumpError, OSError) as e:
+            if isinstance(e, BrokenPipeError) or (ctx.obj or {}).get("traceback"):
+                raise
+            if isinstance(e, RmqdumpError):
+                msg = str(e)
+            else:
+                msg = (f"{e.filename}: " if getattr(e, "filename", None) else "") + (e.strerror or str(e))
+            click.echo(f"rmqdump: error: {msg}", err=True)
+            ctx.exit(2)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
@@ -53,23 +68,9 @@ def cli(ctx: click.Context, traceback: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: one-line errors, exit 2, no tracebacks."""
-    from ..errors import RmqdumpError
-
-    show_tb = "--traceback" in (argv if argv is not None else sys.argv[1:])
+    """Console-script entry point (errors become one line and exit 2 inside the group)."""
     try:
-        rc = cli.main(args=argv, prog_name="rmqdump", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("rmqdump: aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(2 if e.exit_code not in (0, 1) else e.exit_code)
-    except RmqdumpError as e:
-        if show_tb:
-            raise
-        click.echo(f"rmqdump: error: {e}", err=True)
-        sys.exit(2)
+        cli.main(args=argv, prog_name="rmqdump")
     except BrokenPipeError:
         # the reader went away (e.g. `| head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -78,10 +79,3 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("rmqdump: interrupted", err=True)
         sys.exit(130)
-    except OSError as e:
-        if show_tb:
-            raise
-        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        click.echo(f"rmqdump: error: {where}{e.strerror or e}", err=True)
-        sys.exit(2)
-    sys.exit(rc if isinstance(rc, int) else 0)
