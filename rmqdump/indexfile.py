@@ -1,0 +1,763 @@
+"""IndexFile reading, querying and writing (spec §9).
+
+Readers use ``os.pread`` of the header, one slot and the chain's entries only, so a lookup
+in a 400 MiB file touches a few pages. The writer works on a writable mmap of a (sparse)
+pre-sized file and implements ``IndexFile.putKey`` exactly; :meth:`IndexFileWriter.bulk_put`
+does the same for arrays of hashes with numpy when it is installed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import FormatError, NotFoundError, StoreError
+from .format import (
+    INDEX_ENTRY,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER,
+    INDEX_HEADER_SIZE,
+    INDEX_INVALID_INDEX,
+    INDEX_SIZE,
+    KEY_SEPARATOR,
+    MAX_HASH_SLOT_NUM,
+    MAX_INDEX_NUM,
+    STORE_INDEX_DIR,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from .javahash import index_key, index_key_hash
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+#: Index entries per slot-table unit ratio the broker uses by default (maxIndexNum = 4 × slots).
+DEFAULT_INDEX_PER_SLOT = MAX_INDEX_NUM // MAX_HASH_SLOT_NUM
+INDEX_FILE_NAME_LENGTH = 17
+_BYTES_PER_SLOT_DEFAULT = INDEX_HASH_SLOT_SIZE + DEFAULT_INDEX_PER_SLOT * INDEX_SIZE  # 84
+
+
+# --- geometry and header ----------------------------------------------------------------------
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    """Bytes of an index file of the given geometry."""
+    return INDEX_HEADER_SIZE + hash_slot_num * INDEX_HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+@dataclass(frozen=True)
+class IndexGeometry:
+    """Slot-table and entry-table capacities of one index file."""
+
+    hash_slot_num: int
+    index_num: int
+
+    @property
+    def file_size(self) -> int:
+        return index_file_size(self.hash_slot_num, self.index_num)
+
+    @property
+    def entries_start(self) -> int:
+        return INDEX_HEADER_SIZE + self.hash_slot_num * INDEX_HASH_SLOT_SIZE
+
+    def slot_pos(self, slot: int) -> int:
+        return INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE
+
+    def entry_pos(self, number: int) -> int:
+        return self.entries_start + number * INDEX_SIZE
+
+
+DEFAULT_GEOMETRY = IndexGeometry(MAX_HASH_SLOT_NUM, MAX_INDEX_NUM)
+
+
+def infer_geometry(size: int, hash_slot_num: int | None = None, index_num: int | None = None,
+                   file: str | os.PathLike | None = None) -> IndexGeometry:
+    """Geometry from a file size (maxIndexNum = 4 × slots), or validate explicit values."""
+    body = size - INDEX_HEADER_SIZE
+    if body <= 0:
+        raise FormatError(f"index file of {size} bytes is too short for the {INDEX_HEADER_SIZE}-byte header", file)
+    if hash_slot_num is None and index_num is None:
+        if body % _BYTES_PER_SLOT_DEFAULT:
+            raise FormatError(f"index file size {size} is not 40 + 84*slots; pass the geometry explicitly", file)
+        hash_slot_num = body // _BYTES_PER_SLOT_DEFAULT
+        index_num = hash_slot_num * DEFAULT_INDEX_PER_SLOT
+    elif index_num is None:
+        rest = body - hash_slot_num * INDEX_HASH_SLOT_SIZE
+        if rest < 0 or rest % INDEX_SIZE:
+            raise FormatError(f"index file size {size} does not fit {hash_slot_num} slots", file)
+        index_num = rest // INDEX_SIZE
+    elif hash_slot_num is None:
+        rest = body - index_num * INDEX_SIZE
+        if rest < 0 or rest % INDEX_HASH_SLOT_SIZE:
+            raise FormatError(f"index file size {size} does not fit {index_num} entries", file)
+        hash_slot_num = rest // INDEX_HASH_SLOT_SIZE
+    if hash_slot_num <= 0 or index_num <= 0:
+        raise FormatError(f"bad index geometry: {hash_slot_num} slots, {index_num} entries", file)
+    geo = IndexGeometry(hash_slot_num, index_num)
+    if geo.file_size != size:
+        raise FormatError(f"index file is {size} bytes, geometry {hash_slot_num}/{index_num} needs "
+                          f"{geo.file_size}", file)
+    return geo
+
+
+@dataclass
+class IndexHeader:
+    """The 40-byte header (§9.2)."""
+
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    @classmethod
+    def unpack(cls, data: bytes) -> IndexHeader:
+        return cls(*INDEX_HEADER.unpack_from(data, 0))
+
+    def pack(self) -> bytes:
+        return INDEX_HEADER.pack(self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                                 self.end_phy_offset, self.hash_slot_count, self.index_count)
+
+    @property
+    def effective_index_count(self) -> int:
+        """``IndexHeader.load``: a stored value <= 0 is treated as 1."""
+        return self.index_count if self.index_count > 0 else 1
+
+    @property
+    def entry_count(self) -> int:
+        return self.effective_index_count - 1
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """``IndexFile.isTimeMatched``: the file's [begin, end] overlaps the query window."""
+        b, e = self.begin_timestamp, self.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+
+class IndexEntry(NamedTuple):
+    """One 20-byte entry and its number."""
+
+    number: int
+    key_hash: int
+    phy_offset: int
+    time_diff: int
+    prev_index: int
+
+
+@dataclass
+class QueryResult:
+    """Physical offsets in the broker's order, and whether ``max_num`` cut more hits off."""
+
+    phy_offsets: list[int] = field(default_factory=list)
+    truncated: bool = False
+    anomalies: list[str] = field(default_factory=list)
+    index_last_update_timestamp: int = 0
+    index_last_update_phy_offset: int = 0
+
+
+def slot_of(key_hash: int, hash_slot_num: int) -> int:
+    """``keyHash % hashSlotNum`` (keyHash is non-negative)."""
+    return key_hash % hash_slot_num
+
+
+# --- reader ------------------------------------------------------------------------------
+
+
+class IndexFile:
+    """Read-only view of one index file.
+
+    ``strict`` (default) refuses headers the broker never writes (indexCount < 0 or >
+    maxIndexNum, hashSlotCount < 0) with :class:`FormatError`; otherwise the broker's own
+    normalisation applies (indexCount <= 0 means 1).
+    """
+
+    def __init__(self, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
+                 strict: bool = True):
+        self.path = Path(path)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise StoreError(f"cannot open index file: {exc.strerror}", self.path) from None
+        try:
+            st = os.fstat(self._fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise StoreError("index file is not a regular file", self.path)
+            self.size = st.st_size
+            self.geometry = infer_geometry(self.size, hash_slot_num, index_num, self.path)
+            self.header = IndexHeader.unpack(self._read(0, INDEX_HEADER_SIZE))
+            if strict:
+                self._check_header()
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_header(self) -> None:
+        h = self.header
+        if h.index_count < 0 or h.index_count > self.geometry.index_num:
+            raise FormatError(f"header indexCount {h.index_count} outside [0, {self.geometry.index_num}]",
+                              self.path, 36)
+        if h.hash_slot_count < 0 or h.hash_slot_count > self.geometry.hash_slot_num:
+            raise FormatError(f"header hashSlotCount {h.hash_slot_count} outside [0, {self.geometry.hash_slot_num}]",
+                              self.path, 32)
+
+    def _read(self, pos: int, length: int) -> bytes:
+        try:
+            data = os.pread(self._fd, length, pos)
+        except OSError as exc:
+            raise StoreError(f"read failed: {exc.strerror}", self.path, pos) from None
+        if len(data) != length:
+            raise FormatError("index file ends early (truncated while open?)", self.path, pos)
+        return data
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def index_count(self) -> int:
+        return self.header.effective_index_count
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> IndexFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- raw access --------------------------------------------------------------------------
+    def slot(self, slot: int) -> int:
+        """Raw int32 value of slot number ``slot``."""
+        if not 0 <= slot < self.geometry.hash_slot_num:
+            raise NotFoundError(f"slot {slot} outside [0, {self.geometry.hash_slot_num})", self.path)
+        return int.from_bytes(self._read(self.geometry.slot_pos(slot), 4), "big", signed=True)
+
+    def slot_for_key(self, key: str) -> int:
+        """Slot number of an index key string (``topic#key``)."""
+        return slot_of(index_key_hash(key), self.geometry.hash_slot_num)
+
+    def entry(self, number: int) -> IndexEntry:
+        """Entry ``number`` (0 .. maxIndexNum−1; #0 is never written)."""
+        if not 0 <= number < self.geometry.index_num:
+            raise FormatError(f"entry number {number} outside [0, {self.geometry.index_num})", self.path)
+        return IndexEntry(number, *INDEX_ENTRY.unpack(self._read(self.geometry.entry_pos(number), INDEX_SIZE)))
+
+    def iter_entries(self) -> Iterator[IndexEntry]:
+        """Entries 1 .. indexCount−1 in write order (read in chunks)."""
+        count = self.index_count
+        chunk = 4096
+        for first in range(1, count, chunk):
+            n = min(chunk, count - first)
+            data = self._read(self.geometry.entry_pos(first), n * INDEX_SIZE)
+            for i, values in enumerate(INDEX_ENTRY.iter_unpack(data)):
+                yield IndexEntry(first + i, *values)
+
+    def entry_time(self, entry: IndexEntry) -> int:
+        """Reconstructed store time (ms): beginTimestamp + timeDiff·1000."""
+        return self.header.begin_timestamp + entry.time_diff * 1000
+
+    # -- chain walk ----------------------------------------------------------------------------
+    def walk(self, slot: int, strict: bool = True) -> Iterator[IndexEntry]:
+        """Entries of the chain starting at ``slot``, newest first.
+
+        Stops where the broker stops (prev <= 0, > indexCount, == current). Cycles and
+        out-of-range values raise :class:`FormatError` when ``strict``, else end the walk.
+        The walk takes at most indexCount steps.
+        """
+        count = self.index_count
+        head = self.slot(slot)
+        if head == INDEX_INVALID_INDEX:
+            return
+        if head < 0 or head >= count:
+            if strict:
+                raise FormatError(f"slot {slot} value {head} outside [0, indexCount {count})", self.path,
+                                  self.geometry.slot_pos(slot))
+            return
+        visited: set[int] = set()
+        cur = head
+        while True:
+            visited.add(cur)
+            e = self.entry(cur)
+            yield e
+            prev = e.prev_index
+            if prev == INDEX_INVALID_INDEX:
+                return
+            if prev < 0 or prev >= count or prev == cur or prev in visited:
+                if strict:
+                    what = "cycle" if prev in visited else "out of range"
+                    raise FormatError(f"entry {cur} prevIndex {prev} ({what})", self.path,
+                                      self.geometry.entry_pos(cur) + 16)
+                return
+            cur = prev
+
+    # -- query -------------------------------------------------------------------------------------
+    def select_phy_offsets(self, key: str, max_num: int | None = None, begin: int = 0, end: int = LONG_MAX,
+                           result: QueryResult | None = None, strict: bool = False) -> QueryResult:
+        """``IndexFile.selectPhyOffset`` for an index key string (``topic#key``), without the 64 cap.
+
+        Appends to ``result`` (shared across files like the broker's list). ``truncated``
+        is set when a further matching entry exists beyond ``max_num``. Chain anomalies end
+        the walk (listed in ``anomalies``); with ``strict`` they raise FormatError.
+        """
+        res = result if result is not None else QueryResult()
+        key_hash = index_key_hash(key)
+        slot = slot_of(key_hash, self.geometry.hash_slot_num)
+        count = self.index_count
+        slot_value = self.slot(slot)
+        if slot_value <= INDEX_INVALID_INDEX or slot_value > count or count <= 1:
+            if slot_value < 0 or slot_value > count:
+                self._anomaly(res, strict, f"slot {slot} value {slot_value} outside [0, indexCount {count}]",
+                              self.geometry.slot_pos(slot))
+            return res
+        self._walk_query(res, key_hash, slot_value, count, max_num, begin, end, strict)
+        return res
+
+    def _walk_query(self, res: QueryResult, key_hash: int, start: int, count: int, max_num: int | None,
+                    begin: int, end: int, strict: bool) -> None:
+        visited: set[int] = set()
+        cur = start
+        begin_ts = self.header.begin_timestamp
+        while True:
+            if cur >= self.geometry.index_num:
+                self._anomaly(res, strict, f"entry number {cur} beyond the entry table", None)
+                return
+            visited.add(cur)
+            _, key_read, phy, time_diff, prev = self.entry(cur)
+            if time_diff < 0:
+                return
+            time_read = begin_ts + time_diff * 1000
+            if key_hash == key_read and begin <= time_read <= end:
+                if max_num is not None and len(res.phy_offsets) >= max_num:
+                    res.truncated = True
+                    return
+                res.phy_offsets.append(phy)
+            if prev <= INDEX_INVALID_INDEX or prev > count or prev == cur or time_read < begin:
+                if prev < 0 or prev > count:
+                    self._anomaly(res, strict, f"entry {cur} prevIndex {prev} outside [0, {count}]",
+                                  self.geometry.entry_pos(cur) + 16)
+                return
+            if prev in visited:
+                self._anomaly(res, strict, f"prevIndex cycle at entry {cur} -> {prev}", self.geometry.entry_pos(cur) + 16)
+                return
+            cur = prev
+
+    def _anomaly(self, res: QueryResult, strict: bool, message: str, offset: int | None) -> None:
+        if strict:
+            raise FormatError(message, self.path, offset)
+        res.anomalies.append(f"{self.name}: {message}")
+
+
+# --- all index files of a store --------------------------------------------------------------
+
+
+def list_index_files(store_root: str | os.PathLike) -> list[Path]:
+    """Regular files of ``index/`` in the broker's load order (ascending name)."""
+    idir = Path(store_root) / STORE_INDEX_DIR
+    try:
+        entries = list(os.scandir(idir))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreError(f"cannot list index directory: {exc.strerror}", idir) from None
+    return sorted((Path(e.path) for e in entries if e.is_file(follow_symlinks=False)), key=lambda p: p.name)
+
+
+class IndexStore:
+    """All index files of a store, queried newest → oldest like ``IndexService.queryOffset``."""
+
+    def __init__(self, store_root: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
+                 strict: bool = True):
+        self.files = [IndexFile(p, hash_slot_num, index_num, strict) for p in list_index_files(store_root)]
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def __enter__(self) -> IndexStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def query(self, topic: str, key: str, max_num: int | None = None, begin: int = 0, end: int = LONG_MAX,
+              strict: bool = False) -> QueryResult:
+        """Offsets for ``topic#key`` (hash hits: re-read the record to confirm the key)."""
+        return self.query_key(index_key(topic, key), max_num, begin, end, strict)
+
+    def query_key(self, idx_key: str, max_num: int | None = None, begin: int = 0, end: int = LONG_MAX,
+                  strict: bool = False) -> QueryResult:
+        res = QueryResult()
+        for i in range(len(self.files), 0, -1):
+            f = self.files[i - 1]
+            if i == len(self.files):
+                res.index_last_update_timestamp = f.header.end_timestamp
+                res.index_last_update_phy_offset = f.header.end_phy_offset
+            if f.header.is_time_matched(begin, end):
+                f.select_phy_offsets(idx_key, max_num, begin, end, res, strict)
+            if f.header.begin_timestamp < begin:
+                break
+            if max_num is not None and len(res.phy_offsets) >= max_num:
+                res.truncated = res.truncated or self._more_hits(i - 1, idx_key, begin, end)
+                break
+        return res
+
+    def _more_hits(self, upto: int, idx_key: str, begin: int, end: int) -> bool:
+        """Whether an older file would still contribute a hit (for ``truncated``)."""
+        for f in reversed(self.files[:upto]):
+            if f.header.is_time_matched(begin, end) and f.select_phy_offsets(idx_key, 1, begin, end).phy_offsets:
+                return True
+            if f.header.begin_timestamp < begin:
+                return False
+        return False
+
+    def dropped_on_abnormal_restart(self, index_msg_timestamp: int) -> list[IndexFile]:
+        """Files ``IndexService.load(false)`` deletes after a crash (endTimestamp > checkpoint)."""
+        return [f for f in self.files if f.header.end_timestamp > index_msg_timestamp]
+
+
+# --- writer --------------------------------------------------------------------------------------
+
+
+def index_file_name(now_ms: int | None = None, utc: bool = False) -> str:
+    """``yyyyMMddHHmmssSSS`` of a time in ms (local time like the broker's JVM, or UTC)."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    t = time.gmtime(ms // 1000) if utc else time.localtime(ms // 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+def build_index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
+    """Index key strings ``IndexService.buildIndex`` puts for one record, in order."""
+    out = []
+    if uniq_key is not None:
+        out.append(index_key(topic, uniq_key))
+    if keys:
+        out.extend(index_key(topic, k) for k in keys.split(KEY_SEPARATOR) if k)
+    return out
+
+
+def build_index_entries(topic: str, uniq_key: str | None, keys: str | None, phy_offset: int, store_ts: int,
+                        tran_type: int = 0) -> list[tuple[str, int, int]]:
+    """(key, phyOffset, storeTimestamp) triples for one record; none for ROLLBACK records."""
+    if tran_type & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        return []
+    return [(k, phy_offset, store_ts) for k in build_index_keys(topic, uniq_key, keys)]
+
+
+def _time_diff(store_ts: int, begin_ts: int) -> int:
+    """putKey's timeDiff: Java long division, then clamps."""
+    diff = _wrap64(store_ts - begin_ts)
+    diff = -((-diff) // 1000) if diff < 0 else diff // 1000
+    if begin_ts <= 0 or diff < 0:
+        return 0
+    return min(diff, INT_MAX)
+
+
+def _wrap64(v: int) -> int:
+    v &= (1 << 64) - 1
+    return v - (1 << 64) if v >> 63 else v
+
+
+class IndexFileWriter:
+    """Writes one index file exactly like ``IndexFile.putKey`` (§9.6).
+
+    Create with :meth:`create` (new file, sparse, zero filled) or :meth:`open` (continue an
+    existing file). The header is written through on every put; call :meth:`flush` /
+    :meth:`fsync` before closing when durability matters.
+    """
+
+    def __init__(self, path: str | os.PathLike, geometry: IndexGeometry, header: IndexHeader, fd: int):
+        self.path = Path(path)
+        self.geometry = geometry
+        self.header = header
+        self._fd = fd
+        self._mm = mmap.mmap(fd, geometry.file_size, access=mmap.ACCESS_WRITE)
+        self._slot_base = INDEX_HEADER_SIZE
+        self._entry_base = geometry.entries_start
+
+    @classmethod
+    def create(cls, path: str | os.PathLike, hash_slot_num: int = MAX_HASH_SLOT_NUM, index_num: int = MAX_INDEX_NUM,
+               end_phy_offset: int = 0, end_timestamp: int = 0) -> IndexFileWriter:
+        """A new file; header seeded from the previous file's end values like the broker."""
+        geo = IndexGeometry(hash_slot_num, index_num)
+        if hash_slot_num <= 0 or index_num <= 1:
+            raise FormatError(f"bad index geometry {hash_slot_num}/{index_num}")
+        header = IndexHeader()
+        if end_phy_offset > 0:
+            header.begin_phy_offset = header.end_phy_offset = end_phy_offset
+        if end_timestamp > 0:
+            header.begin_timestamp = header.end_timestamp = end_timestamp
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot create index file: {exc.strerror}", path) from None
+        try:
+            os.ftruncate(fd, geo.file_size)
+            writer = cls(path, geo, header, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        writer._write_header()
+        return writer
+
+    @classmethod
+    def create_in(cls, index_dir: str | os.PathLike, hash_slot_num: int = MAX_HASH_SLOT_NUM,
+                  index_num: int = MAX_INDEX_NUM, end_phy_offset: int = 0, end_timestamp: int = 0,
+                  now_ms: int | None = None, utc: bool = False) -> IndexFileWriter:
+        """A new file in ``index_dir`` named by creation time, bumped past existing names."""
+        Path(index_dir).mkdir(parents=True, exist_ok=True)
+        ms = int(time.time() * 1000) if now_ms is None else now_ms
+        existing = {p.name for p in Path(index_dir).iterdir()}
+        last = max((n for n in existing if len(n) == INDEX_FILE_NAME_LENGTH and n.isdigit()), default="")
+        name = index_file_name(ms, utc)
+        while name in existing or name <= last:
+            ms += 1
+            name = index_file_name(ms, utc)
+        return cls.create(Path(index_dir) / name, hash_slot_num, index_num, end_phy_offset, end_timestamp)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None
+             ) -> IndexFileWriter:
+        """Continue writing an existing index file (header loaded like ``IndexHeader.load``)."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise StoreError(f"cannot open index file: {exc.strerror}", path) from None
+        try:
+            geo = infer_geometry(os.fstat(fd).st_size, hash_slot_num, index_num, path)
+            header = IndexHeader.unpack(os.pread(fd, INDEX_HEADER_SIZE, 0))
+            header.index_count = header.effective_index_count
+            return cls(path, geo, header, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    # -- state ------------------------------------------------------------------------------------
+    @property
+    def is_full(self) -> bool:
+        return self.header.index_count >= self.geometry.index_num
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.geometry.index_num - self.header.index_count)
+
+    def _write_header(self) -> None:
+        self._mm[0:INDEX_HEADER_SIZE] = self.header.pack()
+
+    # -- single put -----------------------------------------------------------------------------
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """``IndexFile.putKey``; False when the file is full."""
+        return self.put_hash(index_key_hash(key), phy_offset, store_timestamp)
+
+    def put_hash(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """putKey for an already computed keyHash (non-negative int32)."""
+        h = self.header
+        if h.index_count >= self.geometry.index_num:
+            return False
+        slot_pos = self._slot_base + (key_hash % self.geometry.hash_slot_num) * INDEX_HASH_SLOT_SIZE
+        slot_value = int.from_bytes(self._mm[slot_pos:slot_pos + 4], "big", signed=True)
+        if slot_value <= INDEX_INVALID_INDEX or slot_value > h.index_count:
+            slot_value = INDEX_INVALID_INDEX
+        time_diff = _time_diff(store_timestamp, h.begin_timestamp)
+        pos = self._entry_base + h.index_count * INDEX_SIZE
+        INDEX_ENTRY.pack_into(self._mm, pos, key_hash, phy_offset, time_diff, slot_value)
+        self._mm[slot_pos:slot_pos + 4] = h.index_count.to_bytes(4, "big", signed=True)
+        if h.index_count <= 1:
+            h.begin_phy_offset = phy_offset
+            h.begin_timestamp = store_timestamp
+        if slot_value == INDEX_INVALID_INDEX:
+            h.hash_slot_count += 1
+        h.index_count += 1
+        h.end_phy_offset = phy_offset
+        h.end_timestamp = store_timestamp
+        self._write_header()
+        return True
+
+    def build_index(self, topic: str, uniq_key: str | None, keys: str | None, phy_offset: int, store_ts: int,
+                    tran_type: int = 0) -> list[tuple[str, int, int]]:
+        """``IndexService.buildIndex`` on this file; returns the triples that did not fit.
+
+        Skips records below the header's endPhyOffset (already indexed) and ROLLBACK records.
+        """
+        if phy_offset < self.header.end_phy_offset:
+            return []
+        pending = build_index_entries(topic, uniq_key, keys, phy_offset, store_ts, tran_type)
+        for i, (k, phy, ts) in enumerate(pending):
+            if not self.put_key(k, phy, ts):
+                return pending[i:]
+        return []
+
+    # -- bulk put -----------------------------------------------------------------------------------
+    def bulk_put(self, key_hashes: Sequence[int], phy_offsets: Sequence[int], store_timestamps: Sequence[int]) -> int:
+        """putKey for each (hash, offset, time) in order; returns how many fitted.
+
+        Same bytes as repeated :meth:`put_hash`. Uses numpy when installed.
+        """
+        n = len(key_hashes)
+        if not (n == len(phy_offsets) == len(store_timestamps)):
+            raise ValueError("bulk_put arrays differ in length")
+        m = min(n, self.remaining)
+        if m == 0:
+            return 0
+        try:
+            import numpy as np  # noqa: F401
+        except ImportError:
+            for i in range(m):
+                self.put_hash(int(key_hashes[i]), int(phy_offsets[i]), int(store_timestamps[i]))
+            return m
+        self._bulk_numpy(key_hashes, phy_offsets, store_timestamps, m)
+        return m
+
+    def _bulk_numpy(self, key_hashes, phy_offsets, store_timestamps, m: int) -> None:
+        import numpy as np
+
+        h = self.header
+        hashes = np.asarray(key_hashes[:m], dtype=np.int64)
+        phys = np.asarray(phy_offsets[:m], dtype=np.int64)
+        tss = np.asarray(store_timestamps[:m], dtype=np.int64)
+        if m and (hashes.min() < 0 or hashes.max() > INT_MAX):
+            raise ValueError("key hashes must be non-negative int32 values")
+        c0 = h.index_count
+        numbers = np.arange(c0, c0 + m, dtype=np.int64)
+        slots = hashes % self.geometry.hash_slot_num
+        slot_table = np.frombuffer(self._mm, dtype=">i4", count=self.geometry.hash_slot_num, offset=INDEX_HEADER_SIZE)
+
+        # prevIndex: previous entry of the same slot in this batch, else the slot's old value
+        order = np.argsort(slots, kind="stable")
+        s_sorted = slots[order]
+        first = np.ones(m, dtype=bool)
+        first[1:] = s_sorted[1:] != s_sorted[:-1]
+        prev_sorted = np.empty(m, dtype=np.int64)
+        n_sorted = numbers[order]
+        prev_sorted[1:] = n_sorted[:-1]
+        old = slot_table[s_sorted[first]].astype(np.int64)
+        first_numbers = n_sorted[first]
+        old_invalid = (old <= INDEX_INVALID_INDEX) | (old > first_numbers)
+        prev_sorted[first] = np.where(old_invalid, INDEX_INVALID_INDEX, old)
+        prev = np.empty(m, dtype=np.int64)
+        prev[order] = prev_sorted
+
+        # timeDiff: the first entry of a fresh file uses the old beginTimestamp (quirk)
+        begin = np.full(m, h.begin_timestamp, dtype=np.int64)
+        new_begin_ts, new_begin_phy = h.begin_timestamp, h.begin_phy_offset
+        if c0 <= 1:
+            new_begin_ts, new_begin_phy = int(tss[0]), int(phys[0])
+            begin[1:] = new_begin_ts
+        with np.errstate(over="ignore"):
+            diff = tss - begin
+        td = np.where(diff < 0, 0, diff // 1000)
+        td = np.where(begin <= 0, 0, np.minimum(td, INT_MAX))
+
+        rec = np.empty(m, dtype=np.dtype([("h", ">i4"), ("p", ">i8"), ("t", ">i4"), ("v", ">i4")]))
+        rec["h"], rec["p"], rec["t"], rec["v"] = hashes, phys, td, prev
+        start = self._entry_base + c0 * INDEX_SIZE
+        self._mm[start:start + m * INDEX_SIZE] = rec.tobytes()
+
+        last = np.ones(m, dtype=bool)
+        last[:-1] = s_sorted[:-1] != s_sorted[1:]
+        slot_table[s_sorted[last]] = n_sorted[last]
+        del slot_table
+
+        h.begin_timestamp, h.begin_phy_offset = new_begin_ts, new_begin_phy
+        h.hash_slot_count += int(old_invalid.sum())
+        h.index_count = c0 + m
+        h.end_phy_offset, h.end_timestamp = int(phys[-1]), int(tss[-1])
+        self._write_header()
+
+    # -- durability ----------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Write the header and msync the mapping."""
+        self._write_header()
+        self._mm.flush()
+
+    def fsync(self) -> None:
+        self.flush()
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._mm is not None:
+            self._write_header()
+            self._mm.close()
+            self._mm = None
+            os.close(self._fd)
+
+    def __enter__(self) -> IndexFileWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class IndexBuilder:
+    """``IndexService`` over a directory: rolls to a new file when one is full."""
+
+    def __init__(self, index_dir: str | os.PathLike, hash_slot_num: int = MAX_HASH_SLOT_NUM,
+                 index_num: int = MAX_INDEX_NUM, clock_ms=None, utc: bool = False):
+        self.index_dir = Path(index_dir)
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self._clock = clock_ms or (lambda: int(time.time() * 1000))
+        self._utc = utc
+        self.writer: IndexFileWriter | None = None
+        self.finished: list[Path] = []
+
+    def _current(self) -> IndexFileWriter:
+        w = self.writer
+        if w is not None and not w.is_full:
+            return w
+        end_phy, end_ts = (w.header.end_phy_offset, w.header.end_timestamp) if w else (0, 0)
+        if w is not None:
+            w.close()
+            self.finished.append(w.path)
+        self.writer = IndexFileWriter.create_in(self.index_dir, self.hash_slot_num, self.index_num, end_phy, end_ts,
+                                                self._clock(), self._utc)
+        return self.writer
+
+    def add_message(self, topic: str, uniq_key: str | None, keys: str | None, phy_offset: int, store_ts: int,
+                    tran_type: int = 0) -> None:
+        """``buildIndex`` for one record, rolling over full files."""
+        w = self._current()
+        pending = w.build_index(topic, uniq_key, keys, phy_offset, store_ts, tran_type)
+        while pending:
+            w = self._current()
+            k, phy, ts = pending[0]
+            if w.put_key(k, phy, ts):
+                pending = pending[1:]
+
+    def put_hashes(self, key_hashes: Sequence[int], phy_offsets: Sequence[int], store_timestamps: Sequence[int]
+                   ) -> None:
+        """Bulk putKey across files."""
+        done, n = 0, len(key_hashes)
+        while done < n:
+            w = self._current()
+            done += w.bulk_put(key_hashes[done:], phy_offsets[done:], store_timestamps[done:])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.finished.append(self.writer.path)
+            self.writer = None
+
+    def __enter__(self) -> IndexBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def key_hashes(keys: Iterable[str]) -> list[int]:
+    """IndexFile keyHash of each key string."""
+    return [index_key_hash(k) for k in keys]
