@@ -1,0 +1,84 @@
+"""`rmqdump info`: summarise a store without walking all of it."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..info import store_info
+from .options import access_options, output_options, store_argument
+from .output import default_format, emit_document, escape_control, iso_ms
+
+
+def _t(v) -> Text:
+    return Text(escape_control("-" if v is None else str(v)))
+
+
+def render(console: Console, doc: dict) -> None:
+    cl = doc["commitlog"]
+    console.print(Text(f"store: {escape_control(doc['store'])}", style="bold"))
+    if doc.get("missing"):
+        console.print(Text(f"missing: {', '.join(doc['missing'])}", style="yellow"))
+    console.print(f"commitlog: {len(cl['segments'])} segments of {cl['file_size']} bytes; offsets "
+                  f"{cl['min_offset']}..{cl['max_offset']} ({cl['bytes_in_use']} bytes in use, "
+                  f"{cl['bytes_on_disk']} on disk); end: {cl['end_reason']}", highlight=False)
+    for p in cl["problems"]:
+        console.print(Text(escape_control(f"  {p['severity']}: {p['kind']}: {p['file']}: {p['detail']}"),
+                           style="red" if p["severity"] == "error" else "yellow"))
+    if "consume_queues" in doc:
+        cq = doc["consume_queues"]
+        t = Table(title=f"consume queues (file size {cq.get('file_size')})", box=None)
+        for c in ("topic", "queue", "files", "min offset", "max offset", "entries", "max physic offset"):
+            t.add_column(c, justify="left" if c == "topic" else "right")
+        for q in cq["queues"]:
+            t.add_row(_t(q["topic"]), _t(q["queue_id"]), _t(q["files"]), _t(q["min_offset"]), _t(q["max_offset"]),
+                      _t(q["max_offset"] - q["min_offset"]), _t(q["max_physic_offset"]))
+        console.print(t)
+        for e in cq["errors"]:
+            console.print(Text(escape_control(e), style="red"))
+    if doc.get("index_files") is not None:
+        t = Table(title="index files", box=None)
+        for c in ("file", "slots/entries", "begin", "end", "phy offsets", "used slots", "entries"):
+            t.add_column(c)
+        for f in doc["index_files"]:
+            if "error" in f:
+                t.add_row(_t(f["file"]), Text(escape_control(f["error"]), style="red"), "", "", "", "", "")
+                continue
+            t.add_row(_t(f["file"]), f"{f['hash_slots']}/{f['max_entries']}", iso_ms(f["begin_timestamp"]),
+                      iso_ms(f["end_timestamp"]), f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
+                      str(f["hash_slot_count"]), str(f["entries"]))
+        console.print(t)
+    cp = doc.get("checkpoint")
+    if cp and "error" not in cp:
+        console.print(f"checkpoint: physic {cp['physic_msg_time'] or 'never'}, logics "
+                      f"{cp['logics_msg_time'] or 'never'}, index {cp['index_msg_time'] or 'never'}", highlight=False)
+    elif cp:
+        console.print(Text(escape_control(f"checkpoint: {cp['error']}"), style="red"))
+    if "abort" in doc:
+        console.print("abort: " + ("present (the broker will run abnormal recovery)" if doc["abort"] else "absent"))
+        lk = doc["lock"]
+        held = lk.get("held_by_pid")
+        console.print("lock: " + ("missing" if not lk["present"] else
+                                  f"held by PID {held} (a broker is running)" if held else "not held"))
+        for name, c in doc.get("config", {}).items():
+            if "error" in c:
+                console.print(Text(escape_control(f"config {name}: {c['error']}"), style="red"))
+            elif c["file"]:
+                console.print(Text(escape_control(f"config {name}: {c['entries']} entries from {c['file']}"
+                                                  + (" (backup)" if c["from_backup"] else ""))))
+
+
+@click.command()
+@store_argument
+@output_options
+@access_options
+def info(store, fmt, quiet, no_mmap, max_message_size):
+    """Summarise STORE: commitlog segments and offset range, consume queues with entry counts,
+    index files, checkpoint times (UTC), abort marker and whether the broker's lock is held
+    (and by which PID). Never takes the lock; reads only the last segment's records."""
+    fmt = default_format(fmt)
+    if fmt == "csv":
+        raise click.BadParameter("info prints a document: use table, json or jsonl", param_hint="--format")
+    emit_document(store_info(store, use_mmap=not no_mmap), fmt, render)
