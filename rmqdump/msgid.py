@@ -76,24 +76,49 @@ class UniqKey:
     classloader: int
     time_in_month_ms: int
     counter: int
-    timestamp: int | None  # epoch ms, month taken from a reference time (born timestamp)
+    timestamp: int | None  # epoch ms of creation, month and zone inferred from a reference time
+    utc_offset_minutes: int | None  # the producer JVM's zone offset implied by the reference
 
 
-def _month_start_ms(epoch_ms: int, months_back: int) -> int:
-    dt = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
-    y, m = dt.year, dt.month - months_back
-    while m < 1:
-        m += 12
-        y -= 1
-    return calendar.timegm((y, m, 1, 0, 0, 0)) * 1000
+_QUARTER_HOUR = 15 * 60_000
+_MAX_ZONE = 14 * 3600_000
+
+
+def _month_start_ms(year: int, month: int) -> int:
+    while month < 1:
+        month += 12
+        year -= 1
+    while month > 12:
+        month -= 12
+        year += 1
+    return calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
+
+
+def _infer_creation(time_in_month: int, reference_ms: int) -> tuple[int, int] | None:
+    """(creation epoch ms, zone offset minutes) from TIME and a nearby reference (born time).
+
+    The client's TIME is ms since the start of the month in its own zone, so
+    ``reference - TIME`` is close to that local month start; snapping it to a UTC month
+    start shifted by a whole quarter hour (|offset| <= 14 h) recovers both.
+    """
+    est = reference_ms - time_in_month
+    dt = datetime.fromtimestamp(est / 1000, tz=timezone.utc)
+    best = None
+    for dm in (-1, 0, 1):
+        u = _month_start_ms(dt.year, dt.month + dm)
+        off = round((u - est) / _QUARTER_HOUR) * _QUARTER_HOUR
+        if abs(off) <= _MAX_ZONE:
+            cand = u - off + time_in_month
+            if best is None or abs(cand - reference_ms) < abs(best[0] - reference_ms):
+                best = (cand, off // 60_000)
+    return best
 
 
 def decode_uniq_key(uniq_key: str, reference_ms: int | None = None) -> UniqKey:
     """Decode a 32- or 56-hex-char UNIQ_KEY; raises :class:`FormatError` if malformed.
 
-    The month is not encoded: with ``reference_ms`` (the record's born timestamp) the month
-    start M <= reference closest to it is chosen so that M + TIME lies near the reference
-    (UTC months; a producer in another time zone shifts the result by its UTC offset).
+    The month and zone are not encoded: with ``reference_ms`` (the record's born
+    timestamp) they are inferred, giving the creation time as epoch ms.
     """
     s = uniq_key.strip()
     if len(s) not in (32, 56):
@@ -105,12 +130,6 @@ def decode_uniq_key(uniq_key: str, reference_ms: int | None = None) -> UniqKey:
     n = 4 if len(raw) == 16 else 16
     ip = str(ipaddress.ip_address(raw[:n]))
     pid, classloader, t, counter = struct.unpack(">HiiH", raw[n:])
-    ts = None
-    if reference_ms is not None and t >= 0:
-        best = None
-        for back in range(0, 3):
-            cand = _month_start_ms(reference_ms, back) + t
-            if best is None or abs(cand - reference_ms) < abs(best - reference_ms):
-                best = cand
-        ts = best
-    return UniqKey(ip, pid, classloader, t, counter, ts)
+    inferred = _infer_creation(t, reference_ms) if reference_ms is not None and t >= 0 else None
+    ts, zone = inferred if inferred else (None, None)
+    return UniqKey(ip, pid, classloader, t, counter, ts, zone)
