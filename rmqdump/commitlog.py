@@ -18,7 +18,7 @@ from .format import (
     STORE_COMMITLOG_DIR,
 )
 from .record import END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
-from .segment import Segment, SegmentReader, parse_file_name
+from .segment import MmapReader, Segment, SegmentReader, parse_file_name
 
 _PHYS = struct.Struct(">q")
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
@@ -248,6 +248,9 @@ def read_record(r: SegmentReader, pos: int, *, check_crc: bool = True, read_body
     """Decode the record at segment position ``pos`` through a reader (two small views)."""
     seg = r.segment
     to_end = r.size - pos
+    if type(r) is MmapReader:  # the whole file is mapped: no windowing needed
+        return decode_record(r.mm, pos, to_end, pos, seg.start, seg.name, to_end=to_end, check_crc=check_crc,
+                             read_body=read_body, max_record_size=max_record_size)
     buf, i, avail = r.view(pos, min(8, max(to_end, 0)))
     need = record_extent(buf, i, avail, to_end, max_record_size)
     if need > avail:

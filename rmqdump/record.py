@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from zlib import crc32 as _crc32
 
 from .crc import body_crc
 from .errors import FormatError, UnsupportedError
@@ -99,12 +100,35 @@ class Message:
         "crc_ok", "_props",
     )
 
-    def __init__(self, **fields):
+    def __init__(self, offset, file, file_pos, size, magic, body_crc, queue_id, flag, queue_offset,
+                 physical_offset, sys_flag, born_timestamp, born_addr, born_port, store_timestamp, store_addr,
+                 store_port, reconsume_times, prepared_transaction_offset, body_length, topic_raw, properties_raw,
+                 body=None, crc_ok=None):
+        self.offset = offset
+        self.file = file
+        self.file_pos = file_pos
+        self.size = size
+        self.magic = magic
+        self.body_crc = body_crc
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.physical_offset = physical_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_addr = born_addr
+        self.born_port = born_port
+        self.store_timestamp = store_timestamp
+        self.store_addr = store_addr
+        self.store_port = store_port
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body_length = body_length
+        self.topic_raw = topic_raw
+        self.properties_raw = properties_raw
+        self.body = body
+        self.crc_ok = crc_ok
         self._props = None
-        self.body = None
-        self.crc_ok = None
-        for k, v in fields.items():
-            setattr(self, k, v)
 
     # --- derived fields -------------------------------------------------------------
     @property
@@ -270,16 +294,20 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
     if body_pos + blen + tl > avail:
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH, f"BODYLEN {body_len} runs past TOTALSIZE {total}",
                        total)
+    mv = memoryview(buf)
+    b0 = i + body_pos
     crc_ok = None
     if check_crc and blen > 0:
-        crc_ok = body_crc(memoryview(buf)[i + body_pos:i + body_pos + blen]) == crc
+        computed = _crc32(mv[b0:b0 + blen]) & 0x7FFFFFFF
+        crc_ok = computed == crc
         if not crc_ok:
-            return Invalid(offset, file, file_pos, BODY_CRC,
-                           f"body CRC mismatch: stored {crc}, computed "
-                           f"{body_crc(memoryview(buf)[i + body_pos:i + body_pos + blen])}", total)
+            return Invalid(offset, file, file_pos, BODY_CRC, f"body CRC mismatch: stored {crc}, computed {computed}",
+                           total)
     q = body_pos + blen
     if tl == 1:
-        (topic_len,) = _I8.unpack_from(buf, i + q)
+        topic_len = buf[i + q]
+        if topic_len > 127:
+            topic_len -= 256
     else:
         (topic_len,) = _I16.unpack_from(buf, i + q)
     q += tl
@@ -289,30 +317,25 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
     if q + topic_len + 2 > avail:
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH, f"topic length {topic_len} runs past TOTALSIZE {total}",
                        total)
-    topic_raw = bytes(memoryview(buf)[i + q:i + q + topic_len])
+    topic_raw = mv[i + q:i + q + topic_len].tobytes()
     q += topic_len
-    (props_len,) = _I16.unpack_from(buf, i + q)
+    props_len = (buf[i + q] << 8) | buf[i + q + 1]
+    if props_len > 32767:
+        props_len -= 65536
     q += 2
     plen = props_len if props_len > 0 else 0
     if q + plen > avail:
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH,
                        f"PROPERTIESLEN {props_len} runs past TOTALSIZE {total}", total)
-    props_raw = bytes(memoryview(buf)[i + q:i + q + plen])
+    props_raw = mv[i + q:i + q + plen].tobytes()
     # calMsgLength: 74 + BH + SH + TL + lengths, and body_pos = 72 + BH + SH
     expected = MESSAGE_FIXED_OVERHEAD + (body_pos - 72) + blen + tl + topic_len + plen
     if expected != total:
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH,
                        f"TOTALSIZE {total} does not match the field lengths ({expected})", total)
-    msg = Message(
-        offset=offset, file=file, file_pos=file_pos, size=total, magic=magic, body_crc=crc, queue_id=qid,
-        flag=flag, queue_offset=qoff, physical_offset=phys, sys_flag=sysflag, born_timestamp=born_ts,
-        born_addr=born_addr, born_port=born_port, store_timestamp=store_ts, store_addr=store_addr,
-        store_port=store_port, reconsume_times=reconsume, prepared_transaction_offset=prepared,
-        body_length=body_len, topic_raw=topic_raw, properties_raw=props_raw,
-    )
-    msg.crc_ok = crc_ok
-    if read_body:
-        msg.body = bytes(memoryview(buf)[i + body_pos:i + body_pos + blen])
+    msg = Message(offset, file, file_pos, total, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_addr,
+                  born_port, store_ts, store_addr, store_port, reconsume, prepared, body_len, topic_raw, props_raw,
+                  mv[b0:b0 + blen].tobytes() if read_body else None, crc_ok)
     if topic_raw == b"SCHEDULE_TOPIC_XXXX" and b"DELAY" in props_raw:
         delay = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
         if delay is not None and not _is_java_int(delay):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import StoreError
@@ -38,10 +38,10 @@ class Segment:
     path: Path
     start: int
     size: int  # actual size on disk
+    name: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.path.name
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.path.name)
 
     @property
     def end(self) -> int:
