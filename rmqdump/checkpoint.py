@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import FormatError, StoreError
+from .evidence import record_read
 from .format import CHECKPOINT, CHECKPOINT_FILE_SIZE, CHECKPOINT_MIN_TIMESTAMP_MARGIN_MS, STORE_CHECKPOINT_FILE
 
 #: bytes a 4.x broker reads (physic, logics, index timestamps)
@@ -92,6 +93,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StoreError("checkpoint is not a regular file", p)
+        record_read(p)  # --evidence manifest
         data = os.pread(fd, CHECKPOINT.size, 0)
     except OSError as exc:
         raise StoreError(f"cannot read checkpoint: {exc.strerror}", p) from None

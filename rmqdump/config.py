@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .errors import FormatError, StoreError
+from .evidence import record_read
 from .format import STORE_CONFIG_DIR
 
 T = TypeVar("T")
@@ -261,6 +262,7 @@ def _read_file(path: Path) -> bytes | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StoreError("config file is not a regular file", path)
+        record_read(path)  # --evidence manifest
         if st.st_size > MAX_CONFIG_BYTES:
             raise StoreError(f"config file is {st.st_size} bytes (limit {MAX_CONFIG_BYTES})", path)
         chunks, pos = [], 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import FormatError, NotFoundError, StoreError, UnsupportedError
+from .evidence import record_read
 from .format import (
     BCQ_STORE_UNIT_SIZE,
     BCQ_UNIT,
@@ -290,6 +291,7 @@ def _open_ro(path: Path) -> int:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise StoreError("not a regular file", path)
+    record_read(path)  # --evidence manifest
     return fd
 
 

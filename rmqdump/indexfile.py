@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import FormatError, NotFoundError, StoreError
+from .evidence import record_read
 from .format import (
     INDEX_ENTRY,
     INDEX_HASH_SLOT_SIZE,
@@ -187,6 +188,7 @@ class IndexFile:
             st = os.fstat(self._fd)
             if not stat.S_ISREG(st.st_mode):
                 raise StoreError("index file is not a regular file", self.path)
+            record_read(self.path)  # --evidence manifest
             self.size = st.st_size
             self.geometry = infer_geometry(self.size, hash_slot_num, index_num, self.path)
             self.header = IndexHeader.unpack(self._read(0, INDEX_HEADER_SIZE))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import StoreError
+from .evidence import record_read
 from .format import FILE_NAME_DIGITS
 
 DEFAULT_WINDOW = 4 * 1024 * 1024
@@ -79,9 +80,11 @@ class SegmentReader:
 
 def _open_ro(path: Path) -> int:
     try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise StoreError(f"cannot open: {e.strerror}", path) from None
+    record_read(path)  # --evidence manifest
+    return fd
 
 
 class MmapReader(SegmentReader):

@@ -55,8 +55,10 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "--version", prog_name="rmqdump")
 @click.option("--traceback", is_flag=True, help="Show Python tracebacks instead of one-line errors (debugging).")
+@click.option("--evidence", "evidence_file", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write a manifest (path, size, sha256, mtime of every file read; version; geometry) to FILE.")
 @click.pass_context
-def cli(ctx: click.Context, traceback: bool) -> None:
+def cli(ctx: click.Context, traceback: bool, evidence_file: str | None) -> None:
     """Forensic toolkit for Apache RocketMQ broker stores.
 
     Reads commitlog, consumequeue, index, checkpoint and config files offline. Read-only
@@ -65,6 +67,23 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     """
     ctx.ensure_object(dict)
     ctx.obj["traceback"] = traceback
+    if evidence_file:
+        from .. import evidence
+
+        evidence.start()
+        ctx.call_on_close(lambda: _finish_evidence(evidence_file))
+
+
+def _finish_evidence(path: str) -> None:
+    """After the command: hash every file it read into the manifest (an error here exits 2)."""
+    from .. import evidence
+    from ..errors import RmqdumpError
+
+    try:
+        evidence.write_evidence(path)
+    except RmqdumpError as e:
+        click.echo(f"rmqdump: error: {e}", err=True)
+        raise click.exceptions.Exit(2) from None
 
 
 def main(argv: list[str] | None = None) -> None:
