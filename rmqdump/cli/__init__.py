@@ -15,6 +15,7 @@ from .. import __version__
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("rmqdump.cli.info", "info", "Summarise a store: segments, queues, index files, checkpoint, lock."),
     "scan": ("rmqdump.cli.scan", "scan", "Walk the commitlog and print its records."),
+    "verify": ("rmqdump.cli.verify", "verify", "Check a store and predict what the broker's recovery would drop."),
 }
 
 

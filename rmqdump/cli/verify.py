@@ -1,0 +1,171 @@
+"""`rmqdump verify`: check a store, predict the broker's startup recovery, report what can be saved."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..findings import ERROR, INFO, WARNING
+from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from ..javahash import parse_delay_levels
+from ..recovery import VERSIONS
+from ..verify import verify_store
+from .options import access_options, output_options
+from .output import default_format, diag, emit_document, escape_control, progress_bar
+
+_STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+_TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, path_type=str), metavar="PATH")
+@click.option("--keep-going", is_flag=True,
+              help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it.")
+@click.option("--broker-version", type=click.Choice(VERSIONS), default="4.9", show_default=True,
+              help="Recovery model: 4.9.x, or 5.3 (5.3.2-5.3.3 rules where they differ).")
+@click.option("--commitlog-only", is_flag=True,
+              help="Skip consume-queue, index, checkpoint, config and lock checks.")
+@click.option("--delay-levels", default=None, metavar="SPEC",
+              help='Broker messageDelayLevel, e.g. "1s 5s 10s" (for SCHEDULE_TOPIC_XXXX tagsCode checks).')
+@click.option("--list-limit", type=click.IntRange(0), default=10000, show_default=True,
+              help="List at most N offsets per category in the report (counts stay complete).")
+@click.option("--max-findings", "max_findings", type=click.IntRange(1), default=1000, show_default=True,
+              help="List at most N findings per kind (and per segment).")
+@output_options
+@access_options
+def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_limit, max_findings, fmt, quiet,
+           no_mmap, max_message_size):
+    """Verify the store at PATH (a store root, its commitlog/ directory or one segment file).
+
+    Checks every record, the segments, consume queues, index files, checkpoint, config and
+    lock; predicts what the broker's next start would do (recovery mode, where the
+    commitlog would end, which records, consume-queue entries and index files it would
+    drop); with --keep-going lists the intact records beyond damage. Exit 0 clean, 1 errors
+    found, 2 could not run.
+    """
+    fmt = default_format(fmt)
+    if fmt == "csv":
+        raise click.BadParameter("verify prints one document: use table, json or jsonl", param_hint="--format")
+    levels = None
+    if delay_levels:
+        try:
+            levels = parse_delay_levels(delay_levels)
+        except (ValueError, KeyError, IndexError):
+            raise click.BadParameter(f"cannot parse {delay_levels!r}", param_hint="--delay-levels") from None
+    with progress_bar(1, "verifying", not quiet) as update:
+        report = verify_store(
+            path, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
+            store_checks=not commitlog_only, delay_levels_ms=levels, list_limit=list_limit,
+            max_findings_per_kind=max_findings,
+            max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
+            progress=lambda done, total: update(done / total if total else 1.0),
+        )
+    emit_document(report.to_dict(), fmt, render_report)
+    if not quiet and fmt != "table":
+        s = report.summary
+        diag(f"verify: {s['status']}: {s['errors']} errors, {s['warnings']} warnings, {s['infos']} info; "
+             f"predicted commitlog end {s['predicted_max_offset']}", "red" if s["errors"] else None)
+    if report.exit_code:
+        raise SystemExit(report.exit_code)
+    return 0
+
+
+def _t(s) -> Text:
+    return Text(escape_control(str(s)))
+
+
+def render_report(console: Console, doc: dict) -> None:
+    """The human report: summary, recovery prediction, salvage, findings grouped by severity."""
+    s = doc["summary"]
+    status = Text("DAMAGED" if s["errors"] else "CLEAN", style="bold red" if s["errors"] else "bold green")
+    head = Text("rmqdump verify ")
+    head.append(escape_control(doc["store"]), style="bold")
+    console.print(head)
+    line = Text("Summary: ")
+    line.append_text(status)
+    line.append(f" — {s['errors']} errors, {s['warnings']} warnings, {s['infos']} info · {s['records']} records "
+                 f"in {s['segments']} segment(s) · valid data ends at {s['valid_end']}")
+    console.print(line)
+    rec = doc.get("recovery")
+    if rec:
+        console.print()
+        console.print(Text(f"Recovery prediction (broker {rec['version']}.x)", style="bold"))
+        t = Table(show_header=False, box=None, pad_edge=False)
+        t.add_column(style="dim", no_wrap=True)
+        t.add_column()
+        t.add_row("mode", _t(f"{rec['mode']} — {rec['reason']}"))
+        stop = rec.get("stop") or {}
+        t.add_row("walk", _t(f"from {rec['start_file']} ({rec['records_walked']} records accepted); stops at "
+                             f"{stop.get('offset')}: {stop.get('kind')}: {stop.get('detail')}"))
+        end = Text(escape_control(str(rec["max_offset"])),
+                   style="bold red" if rec["max_offset"] != s["valid_end"] or rec["dropped_records"]["count"]
+                   else "green")
+        if rec["truncated_file"]:
+            end.append(escape_control(f"  ({rec['truncated_file']['file']} truncated at position "
+                                      f"{rec['truncated_file']['position']})"))
+        t.add_row("commitlog end", end)
+        if rec["deleted_commitlog_files"]:
+            t.add_row("deleted files", _t(", ".join(rec["deleted_commitlog_files"])))
+        d = rec["dropped_records"]
+        if d["count"]:
+            topics = ", ".join(f"{k} {v}" for k, v in d["topics"].items())
+            t.add_row("dropped records", Text(escape_control(
+                f"{d['count']} ({d['intact']} intact, {d['damaged']} damaged), first at "
+                f"{d['first_offset'] if d['first_offset'] is not None else d['damaged_ranges'][0]['start']}"
+                + (f"; topics: {topics}" if topics else "")), style="red"))
+        else:
+            t.add_row("dropped records", _t("none"))
+        cq = rec["dropped_cq_entries"]
+        if cq["count"]:
+            qs = ", ".join(f"{k} {v['count']}" for k, v in sorted(cq["queues"].items()))
+            t.add_row("dropped CQ entries", Text(escape_control(f"{cq['count']}: {qs}"), style="red"))
+        else:
+            t.add_row("dropped CQ entries", _t("none"))
+        if rec["deleted_index_files"]:
+            t.add_row("deleted index files", _t(", ".join(f"{f['file']} ({f['entries']} entries)"
+                                                          for f in rec["deleted_index_files"])))
+        else:
+            t.add_row("deleted index files", _t("none"))
+        if rec["accepted_damaged"]:
+            t.add_row("accepted although damaged", Text(escape_control(", ".join(
+                f"{a['offset']} {a['kind']}" for a in rec["accepted_damaged"][:20])), style="yellow"))
+        if rec["unchecked_damage"]:
+            t.add_row("damage recovery never reads", Text(escape_control(", ".join(
+                f"{a['offset']} {a['kind']}" for a in rec["unchecked_damage"][:20])), style="yellow"))
+        for n in rec["notes"]:
+            t.add_row("note", _t(n))
+        for n in rec["version_notes"]:
+            t.add_row("other versions", _t(n))
+        console.print(t)
+    sal = doc.get("salvage")
+    if sal is not None:
+        console.print()
+        console.print(Text("Salvage (--keep-going)", style="bold"))
+        if sal["first_damage"] is None:
+            console.print(Text("  no damaged range: nothing to salvage"))
+        else:
+            console.print(_t(f"  {sal['intact_records_after_damage']} intact records after the first damage at "
+                             f"{sal['first_damage']}; {len(sal['damaged_ranges'])} damaged range(s): "
+                             + ", ".join(f"[{r['start']}, {r['end']}) {r['kind']}" for r in sal["damaged_ranges"][:10])))
+            if sal["broker_would_drop_intact"]:
+                console.print(Text(escape_control(
+                    f"  the broker would discard {sal['broker_would_drop_intact']} intact records: repair or "
+                    "export them before starting it"), style="yellow"))
+    for sev in (ERROR, WARNING, INFO):
+        items = [f for f in doc["findings"] if f["severity"] == sev]
+        if not items:
+            continue
+        console.print()
+        table = Table(title=Text(f"{_TITLE[sev]} ({len(items)})", style=_STYLE[sev]), title_justify="left",
+                      box=None, pad_edge=False, show_header=True)
+        table.add_column("LOCATION", no_wrap=True)
+        table.add_column("KIND", no_wrap=True, style=_STYLE[sev])
+        table.add_column("DETAIL", overflow="fold")
+        for f in items:
+            where = f["file"] or "-"
+            if f["offset"] is not None:
+                where += f":{f['offset']}"
+            table.add_row(_t(where), _t(f["kind"]), _t(f["detail"]))
+        console.print(table)
