@@ -283,8 +283,12 @@ class BrokerWalk:
     notes: list[str] = field(default_factory=list)
 
 
-def broker_verdict(rec: Message | Blank | Invalid, version: str = VERSION_49) -> str:
-    """How ``checkMessageAndReturnSize`` judges a decoded position: ``record``, ``blank`` or ``fail``."""
+def broker_verdict(rec: Message | Blank | Invalid, version: str = VERSION_49, blank_overruns: bool = False) -> str:
+    """How ``checkMessageAndReturnSize`` judges a decoded position: ``record``, ``blank`` or ``fail``.
+
+    ``blank_overruns``: for a BLANK with a wrong TOTALSIZE, whether that TOTALSIZE runs past
+    the end of the file (5.x then fails; 4.9 never looks at a BLANK's size).
+    """
     if isinstance(rec, Message):
         if rec.magic == MESSAGE_MAGIC_CODE_V2 and version == VERSION_49:
             return "fail"
@@ -292,8 +296,7 @@ def broker_verdict(rec: Message | Blank | Invalid, version: str = VERSION_49) ->
     if isinstance(rec, Blank):
         return "blank"
     if rec.kind == BAD_BLANK:
-        # 4.9 accepts any BLANK; 5.x first requires TOTALSIZE - 4 <= bytes left after the size field
-        return "fail" if version == VERSION_53 and "past" in rec.detail else "blank"
+        return "fail" if version == VERSION_53 and blank_overruns else "blank"
     return "fail"
 
 
@@ -320,7 +323,11 @@ def broker_walk(cl: CommitLog, start_index: int, *, version: str = VERSION_49, c
                     return w
                 rec = read_record(r, pos, check_crc=check_crc, read_body=False,
                                   max_record_size=BROKER_MAX_RECORD_SIZE)
-                verdict = broker_verdict(rec, version)
+                overruns = False
+                if isinstance(rec, Invalid) and rec.kind == BAD_BLANK:
+                    buf, i, avail = r.view(pos, 4)
+                    overruns = avail == 4 and int.from_bytes(memoryview(buf)[i:i + 4], "big", signed=True) > size - pos
+                verdict = broker_verdict(rec, version, overruns)
                 if verdict == "record":
                     w.records += 1
                     w.last_record_offset = rec.offset
@@ -564,11 +571,12 @@ class RecoveryPrediction:
 
 def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool = True, use_mmap: bool = True,
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
-                     previous_end: int | None = None) -> RecoveryPrediction:
+                     previous_end: int | None = None, list_dropped: bool = True) -> RecoveryPrediction:
     """Reproduce the broker's startup recovery on ``store`` (see the module docstring).
 
     ``previous_end`` (end of valid data as a plain walk sees it) only feeds the notes;
-    ``queue_states`` may be passed to avoid reading the consume queues twice.
+    ``queue_states`` may be passed to avoid reading the consume queues twice;
+    ``list_dropped=False`` skips the keep-going walk that lists the dropped records.
     """
     if version not in VERSIONS:
         raise ValueError(f"unknown broker version model {version!r}")
@@ -619,7 +627,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         qt = cq_truncation(st, walk.process_offset, pred.cq_truncated)
         if qt.count:
             pred.queues.append(qt)
-    pred.dropped = dropped_records(cl, walk.process_offset, use_mmap=use_mmap, list_limit=list_limit)
+    if list_dropped:
+        pred.dropped = dropped_records(cl, walk.process_offset, use_mmap=use_mmap, list_limit=list_limit)
     idx, idx_notes = index_deletions(store, checkpoint, abnormal)
     pred.deleted_index_files = idx
     pred.notes += idx_notes

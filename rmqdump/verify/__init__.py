@@ -226,7 +226,8 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             res = verify_segment(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
                                  max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
                                  on_message=cq_checker.on_message if cq_checker else None, progress=cb,
-                                 list_limit=list_limit, max_findings_per_kind=max_findings_per_kind)
+                                 list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
+                                 zero_start=seg.start == 0 and seg is cl.segments[0])
         except RmqdumpError as e:
             findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(e)))
             continue
@@ -234,7 +235,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         results.append(res)
         findings += res.findings
     report.segments = results
-    findings += merge_segments(results, cl.file_size)
+    findings += merge_segments(results, cl.file_size, zero_start=cl.min_offset == 0)
     cache = RecordCache(cl, use_mmap)
     try:
         findings += check_transactions(results, cache, cl.min_offset)
@@ -253,7 +254,8 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             other = VERSION_53 if version == VERSION_49 else VERSION_49
             try:
                 alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
-                                       list_limit=0, queue_states=states if store_checks else None)
+                                       list_limit=0, queue_states=states if store_checks else None,
+                                       list_dropped=False)
                 report.version_notes = _version_notes(pred, alt)
             except RmqdumpError:
                 pass

@@ -124,13 +124,14 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                    keep_going: bool = True, max_record_size: int = MAX_RECORD_SIZE, use_mmap: bool = True,
                    file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
                    progress: Callable[[int], None] | None = None, list_limit: int = 10000,
-                   max_findings_per_kind: int = 1000) -> SegmentResult:
+                   max_findings_per_kind: int = 1000, zero_start: bool = False) -> SegmentResult:
     """Verify every record of one segment (see the package docstring for the finding kinds).
 
     ``keep_going`` resynchronises past damage (as ``scan --keep-going``) and counts the
     intact records after it; without it the loop ends at the first damage of the segment.
     ``on_message`` is called for every valid record (store-level cross checks);
-    ``progress`` with the segment position every 1024 records.
+    ``progress`` with the segment position every 1024 records. ``zero_start``: this is the
+    first segment of a store whose commitlog starts at offset 0, so every queue starts at 0.
     """
     label = file_label or str(segment.path)
     res = SegmentResult(segment.name, label, segment.start, segment.size, end_offset=segment.start)
@@ -190,16 +191,15 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                     if sf & INNER_BATCH_FLAG and _INNER_NUM in raw:
                         step = _inner_num(rec)
                     if st is None:
-                        qd[qid] = QueueRun(qoff, off, qoff + step)
+                        st = qd[qid] = QueueRun(qoff, off, 0 if zero_start else qoff, 0)
+                    st.count += 1
+                    if qoff != st.next_expected:
+                        _queue_anomaly(emit, rec, st, qoff, step)
+                    elif st.pending is not None:
+                        _flush_pending(emit, rec.topic, qid, st, jump=True)
+                        st.next_expected = qoff + step
                     else:
-                        st.count += 1
-                        if qoff != st.next_expected:
-                            _queue_anomaly(emit, rec, st, qoff, step)
-                        elif st.pending is not None:
-                            _flush_pending(emit, rec.topic, qid, st, jump=True)
-                            st.next_expected = qoff + step
-                        else:
-                            st.next_expected = qoff + step
+                        st.next_expected = qoff + step
                     if tx == TRANSACTION_COMMIT_TYPE:
                         tx_refs.append((off, rec.file_pos, rec.prepared_transaction_offset, tx))
                     elif rec.prepared_transaction_offset:
@@ -375,7 +375,10 @@ def _flush_pending(emit, topic: str | None, qid: int, st: QueueRun, jump: bool) 
     st.pending = None
     st.alt_expected = -1
     where = f"{topic}/{qid}" if topic else f"queue {qid}"
-    if got > exp:
+    if got > exp and exp == 0 and st.count <= 2:
+        emit(WARNING, "queue_offset_gap", p_off, f"{where}: the queue starts at QUEUEOFFSET {got}, but the commitlog "
+                                                  f"starts at 0: offsets 0..{got - 1} are missing")
+    elif got > exp:
         emit(WARNING, "queue_offset_gap", p_off, f"{where}: QUEUEOFFSET jumps from {exp - 1} to {got} "
                                                   f"({got - exp} offsets missing)")
     else:
@@ -485,8 +488,12 @@ def _finish_tail(emit, res: SegmentResult, reader, stop: Invalid | None, keep_go
              f"non-zero bytes after the damage at {stop.offset} hold no intact record")
 
 
-def merge_segments(results: list[SegmentResult], file_size: int) -> list[Finding]:
-    """Findings that need neighbouring segments: queue continuity, tails, preallocation."""
+def merge_segments(results: list[SegmentResult], file_size: int, zero_start: bool = False) -> list[Finding]:
+    """Findings that need neighbouring segments: queue continuity, tails, preallocation.
+
+    ``zero_start``: the commitlog starts at offset 0, so a queue first seen in a later segment
+    must start at queue offset 0.
+    """
     out: list[Finding] = []
     carried: dict[bytes, dict[int, int]] = {}
     last_data = max((i for i, r in enumerate(results) if r.records or r.blanks or r.tail not in ("empty",)),
@@ -496,6 +503,8 @@ def merge_segments(results: list[SegmentResult], file_size: int) -> list[Finding
             cd = carried.setdefault(topic_raw, {})
             for qid, st in qd.items():
                 exp = cd.get(qid)
+                if exp is None and zero_start and i > 0:
+                    exp = 0
                 if exp is not None and st.first_queue_offset != exp:
                     topic = topic_raw.decode("utf-8", "replace")
                     if st.first_queue_offset > exp:
@@ -509,6 +518,7 @@ def merge_segments(results: list[SegmentResult], file_size: int) -> list[Finding
                 cd[qid] = st.next_expected
         if r.tail == "damage":
             carried = {}  # records after unresolved damage were not seen: continuity unknown
+            zero_start = False
         if r.tail == "empty":
             if i > last_data:
                 out.append(Finding(INFO, "preallocated_segment", r.file, r.start,

@@ -8,9 +8,10 @@ commitlog: the commitlog offset).
 from __future__ import annotations
 
 import os
-import struct
+import sys
 from array import array
 from collections import Counter
+from operator import mul
 from pathlib import Path
 
 from ..commitlog import CommitLog, read_record
@@ -27,14 +28,13 @@ from ..format import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from ..javahash import DEFAULT_DELAY_LEVELS_MS, index_key_hash
+from ..javahash import DEFAULT_DELAY_LEVELS_MS
 from ..properties import split_keys
 from ..record import Invalid, Message
 from ..recovery import QueueState
 
 _TAGS = b"TAGS\x01"
 _SCHEDULE = SCHEDULE_TOPIC.encode()
-_I32 = struct.Struct(">i")
 
 
 class RecordCache:
@@ -461,10 +461,30 @@ def _index_hashes(rec: Message) -> set[int]:
     out = set()
     uk = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     if uk:
-        out.add(index_key_hash(f"{topic}#{uk}"))
+        out.add(fast_index_key_hash(f"{topic}#{uk}"))
     for k in split_keys(props.get(PROPERTY_KEYS)):
-        out.add(index_key_hash(f"{topic}#{k}"))
+        out.add(fast_index_key_hash(f"{topic}#{k}"))
     return out
+
+
+_POW31: list[int] = [1]
+_LITTLE = sys.byteorder == "little"
+
+
+def fast_index_key_hash(key: str) -> int:
+    """:func:`rmqdump.javahash.index_key_hash` as a C-level dot product with powers of 31."""
+    units = array("H", key.encode("utf-16-be", "surrogatepass"))
+    if _LITTLE:
+        units.byteswap()
+    n = len(units)
+    while len(_POW31) < n:
+        _POW31.append(_POW31[-1] * 31 & 0xFFFFFFFF)
+    h = sum(map(mul, units, _POW31[n - 1::-1] if n else ())) & 0xFFFFFFFF
+    if h & 0x80000000:
+        h -= 0x100000000
+    if h == -0x80000000:
+        return 0
+    return -h if h < 0 else h
 
 
 def _pread(path: Path, n: int, pos: int) -> bytes:
@@ -543,24 +563,24 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
             continue
         try:
             if data.strip():
-                dec(parse_fastjson(data, cdir / name), cdir / name)
-            else:
-                out.append(Finding(WARNING, "config_parse", label, None, "empty file: the broker falls back to .bak"))
+                loaded[name] = dec(parse_fastjson(data, cdir / name), cdir / name)
+                continue
+            err: RmqdumpError | None = None
         except RmqdumpError as e:
-            try:
-                res = load_config_file(cdir / name, dec)
-                sev, extra = WARNING, (" — the broker falls back to " + res.path.name) if res.used_backup else ""
-                if not res.used_backup:
-                    sev, extra = ERROR, ""
-            except RmqdumpError:
-                sev, extra = ERROR, " and the .bak copy is unusable too"
-            out.append(Finding(sev, "config_parse", label, e.offset, f"{e.message}{extra}"))
-    for name in ("topics.json", "consumerOffset.json", "delayOffset.json"):
+            err = e
         try:
-            res = load_config_file(cdir / name, decoders[name])
+            res = load_config_file(cdir / name, dec)  # the broker's fallback to <name>.bak
             loaded[name] = res.data
+            ok = res.used_backup
         except RmqdumpError:
-            loaded[name] = None
+            ok = False
+        if err is None:
+            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, None,
+                               "empty file" + (" — the broker falls back to .bak" if ok else " and no usable .bak")))
+        else:
+            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, err.offset,
+                               err.message + (" — the broker falls back to .bak" if ok
+                                              else " and the .bak copy is unusable too")))
     return out, loaded
 
 
