@@ -333,3 +333,42 @@ def test_findings_json_fields_are_stable():
         assert f["severity"] in ("error", "warning", "info") and f["kind"].replace("_", "").isalpha()
     assert doc["recovery"]["dropped_records"]["damaged_ranges"][0]["start"] == 396985
     assert doc["summary"]["predicted_max_offset"] == 396985
+
+
+# --- options --------------------------------------------------------------------------------------------
+
+
+def test_progress_callback_reaches_the_total():
+    calls = []
+    verify_store(real_store("crash_kill9"), progress=lambda done, total: calls.append((done, total)))
+    total = 3 * 262144
+    assert calls and calls[-1] == (total, total)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+
+def test_commitlog_only_and_broker_version():
+    res = run(real_store("crash_torn_props"), "-f", "json", "--commitlog-only")
+    doc = json.loads(res.stdout)
+    kinds = {f["kind"] for f in doc["findings"]}
+    assert "torn_properties" in kinds and not kinds & {"cq_tags_mismatch", "index_key_mismatch", "abort_present"}
+    assert doc["recovery"]["max_offset"] == 397358
+    res = run(real_store("corrupt_crc"), "-f", "json", "--broker-version", "5.3")
+    doc = json.loads(res.stdout)
+    assert res.exit_code == 1  # the bad CRC is still an error ...
+    assert doc["recovery"]["max_offset"] == 397358  # ... but a 5.3.2+ broker would not truncate
+    assert any("4.9" in n and "15458" in n for n in doc["recovery"]["version_notes"])
+
+
+def test_bad_delay_levels_is_a_usage_error():
+    assert run(real_store("clean"), "--delay-levels", "1x 2y").exit_code == 2
+
+
+@pytest.mark.parametrize("pos,data", [(64, b"\x0a"), (56, b"\x00\x00\x02")])
+def test_header_outliers(store_copy, pos, data):
+    # record 956: store host 127.0.0.1 -> 10.0.0.1, or store time moved by years; neighbours agree
+    root = store_copy("clean")
+    patch(root / "commitlog" / SEG0, 956 + pos, data)
+    r = verify_store(root)
+    assert [f.offset for f in r.findings if f.kind == "header_outlier"] == [956]
+    assert r.recovery.max_offset == 397358
+    assert {"offset": 956, "kind": "header_outlier", "file": CL0} in r.accepted_damaged

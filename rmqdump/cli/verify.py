@@ -11,6 +11,7 @@ from ..findings import ERROR, INFO, WARNING
 from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
 from ..javahash import parse_delay_levels
 from ..recovery import VERSIONS
+from ..store import Store
 from ..verify import verify_store
 from .options import access_options, output_options
 from .output import default_format, diag, emit_document, escape_control, progress_bar
@@ -54,13 +55,15 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
             levels = parse_delay_levels(delay_levels)
         except (ValueError, KeyError, IndexError):
             raise click.BadParameter(f"cannot parse {delay_levels!r}", param_hint="--delay-levels") from None
-    with progress_bar(1, "verifying", not quiet) as update:
+    store = Store.open(path)
+    total = sum(s.size for s in store.commitlog.segments)
+    with progress_bar(total, "verifying", not quiet) as update:
         report = verify_store(
-            path, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
+            store, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
             store_checks=not commitlog_only, delay_levels_ms=levels, list_limit=list_limit,
             max_findings_per_kind=max_findings,
             max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
-            progress=lambda done, total: update(done / total if total else 1.0),
+            progress=lambda done, _total: update(done),
         )
     emit_document(report.to_dict(), fmt, render_report)
     if not quiet and fmt != "table":

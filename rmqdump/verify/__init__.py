@@ -38,7 +38,7 @@ Commitlog records — damage the broker *accepts* (listed again under ``recovery
   ``tx_half_expired`` (info)    …whose half message lies in a deleted file
   ``tx_queue_offset`` / ``tx_unexpected_prepared_offset`` (warning)  transaction fields the broker never writes
   ``sysflag_unknown_bits``, ``bad_timestamp``, ``bad_host``, ``bad_field``, ``empty_body_crc``,
-  ``bad_compression`` (warning)  fields nothing in the broker validates
+  ``bad_compression``, ``header_outlier`` (warning)  fields nothing in the broker validates
 Commitlog segments:
   ``stray_file`` / ``zero_length_segment`` / ``segment_size`` / ``segment_gap`` / ``segment_alignment`` /
   ``segment_name``  (from discovery; sizes and zero-length files stop a 4.9 broker from starting)
@@ -115,7 +115,7 @@ ACCEPTED_KINDS = frozenset({"torn_properties", "properties_nul", "properties_mal
                             "record_crc", "physical_offset_mismatch", "queue_offset_outlier",
                             "queue_offset_regression", "queue_offset_gap", "bad_topic", "tx_half_missing",
                             "tx_queue_offset", "tx_unexpected_prepared_offset", "sysflag_unknown_bits",
-                            "bad_timestamp", "bad_host", "empty_body_crc", "bad_compression", "queue_id_out_of_range", "bad_blank"})
+                            "bad_timestamp", "bad_host", "empty_body_crc", "bad_compression", "header_outlier", "queue_id_out_of_range", "bad_blank"})
 _SEV_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 
 

@@ -32,6 +32,7 @@ from ..format import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from ..msgid import format_host
 from ..record import BAD_BLANK, BODY_CRC, END_OF_DATA, Blank, Invalid, Message
 from ..segment import Segment
 
@@ -46,6 +47,7 @@ _KNOWN_SYSFLAG_BITS = 0x7FF
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 # plausible epoch-ms range for born/store timestamps: 2000-01-01 .. 2100-01-01
 _TS_MIN, _TS_MAX = 946684800000, 4102444800000
+_HOUR_MS = 3_600_000
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
 
@@ -145,6 +147,8 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     half_offsets = res.half_offsets
     tx_refs = res.tx_refs
     min_ts = max_ts = None
+    cand = prev_addr = prev_port = None
+    prev_ts = 0
     n = 0
     damaged = False
     try:
@@ -225,6 +229,27 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                         max_ts = st_ts
                 if not 0 <= rec.born_port <= 65535 or not 0 <= rec.store_port <= 65535:
                     emit(WARNING, "bad_host", off, f"port out of range (born {rec.born_port}, store {rec.store_port})")
+                # header outliers: one record whose store host / store time disagrees with both neighbours
+                s_addr, s_port = rec.store_addr, rec.store_port
+                if cand is not None:
+                    c_off, c_addr, c_port, c_ts, p_addr, p_port, p_ts = cand
+                    cand = None
+                    if (c_addr != p_addr or c_port != p_port) and s_addr == p_addr and s_port == p_port:
+                        emit(WARNING, "header_outlier", c_off,
+                             f"store host {format_host(c_addr, c_port)} differs from both neighbours "
+                             f"({format_host(p_addr, p_port)}): damaged STOREHOST field")
+                    elif (c_ts is not None and tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - p_ts) < _HOUR_MS
+                          and abs(c_ts - p_ts) >= _HOUR_MS and abs(c_ts - st_ts) >= _HOUR_MS):
+                        emit(WARNING, "header_outlier", c_off,
+                             f"store time {c_ts} is far from both neighbours ({p_ts}, {st_ts}): damaged "
+                             "STORETIMESTAMP field")
+                if prev_addr is not None and (s_addr != prev_addr or s_port != prev_port
+                                              or (tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - prev_ts) >= _HOUR_MS)):
+                    cand = (off, s_addr, s_port, None if tx == TRANSACTION_COMMIT_TYPE else st_ts,
+                            prev_addr, prev_port, prev_ts)
+                prev_addr, prev_port = s_addr, s_port
+                if tx != TRANSACTION_COMMIT_TYPE:
+                    prev_ts = st_ts
                 if rec.body_length <= 0 and rec.body_crc != 0:
                     emit(WARNING, "empty_body_crc", off,
                          f"empty body but BODYCRC {rec.body_crc} (the CRC of nothing is 0; not checked by the broker)")

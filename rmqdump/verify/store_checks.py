@@ -345,15 +345,62 @@ def _check_one_index(f, label: str, first_file: bool, cl: CommitLog, cache: Reco
     slots = array("i", raw[: len(raw) - len(raw) % 4])
     if array("i", [1]).tobytes()[0] == 1:
         slots.byteswap()
-    entries = list(f.iter_entries())
-    prevs = [0] * count
-    hashes = [0] * count
-    for e in entries:
+    prevs = array("i", [0]) * count
+    hashes = array("i", [0]) * count
+    # entries -> records (streamed; chains use the arrays filled here)
+    entries_start = geo.entries_start
+    last_phy = None
+    rec = None
+    keyset: set[int] = set()
+    min_off = cl.min_offset
+    expired = beyond = 0
+    first_ts = last_ts = None
+    first_phy = last_entry_phy = None
+    for e in f.iter_entries():
+        pos = entries_start + 20 * e.number
         prevs[e.number] = e.prev_index
         hashes[e.number] = e.key_hash
+        if first_phy is None:
+            first_phy = e.phy_offset
+        last_entry_phy = e.phy_offset
+        if e.phy_offset != last_phy:
+            last_phy = e.phy_offset
+            rec = None if e.phy_offset < min_off else cache.decode(e.phy_offset, check_crc=False)
+            keyset = _index_hashes(rec) if isinstance(rec, Message) else set()
+        if rec is None:
+            expired += 1
+            continue
+        if not isinstance(rec, Message):
+            if e.phy_offset >= valid_end or (recovery_end is not None and e.phy_offset >= recovery_end):
+                beyond += 1
+            else:
+                add(ERROR, "index_entry_dangling", label, pos,
+                    f"entry {e.number} points at {e.phy_offset}, where there is no valid record ({rec.kind})")
+            continue
+        if e.key_hash not in keyset:
+            add(ERROR, "index_key_mismatch", label, pos,
+                f"entry {e.number} keyHash {e.key_hash} matches no key of the record at {e.phy_offset} "
+                f"({rec.topic}, {len(keyset)} indexed keys)")
+        if rec.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            add(ERROR, "index_key_mismatch", label, pos, f"entry {e.number} indexes a ROLLBACK record")
+        ts = rec.store_timestamp
+        if first_ts is None:
+            first_ts = ts
+        last_ts = ts
+        if e.number > 1 and h.begin_timestamp > 0:
+            d = ts - h.begin_timestamp
+            exp = min(d // 1000, 0x7FFFFFFF) if d > 0 else 0  # putKey: seconds, 0 if negative, capped
+            if e.time_diff != exp:
+                add(WARNING, "index_time_mismatch", label, pos + 12,
+                    f"entry {e.number} timeDiff {e.time_diff} s, record stored {exp} s after beginTimestamp")
+    if expired:
+        add(INFO, "index_entry_expired", label, None, f"{expired} entries point below the commitlog start {min_off}")
+    if beyond:
+        add(WARNING, "index_entry_beyond_end", label, None,
+            f"{beyond} entries point past the end of valid commitlog data (stale after a truncation; queries "
+            "re-read and drop them)")
     used = 0
-    chain_slot = [-1] * count
-    entries_start = geo.entries_start
+    chain_slot = array("i", [-1]) * count
     for s, head in enumerate(slots):
         if head == 0:
             continue
@@ -393,59 +440,13 @@ def _check_one_index(f, label: str, first_file: bool, cl: CommitLog, cache: Reco
     if unreachable:
         add(WARNING, "index_entry_unreachable", label, entries_start + 20 * unreachable[0],
             f"{len(unreachable)} entries (first #{unreachable[0]}) are on no slot chain: queries never find them")
-    # entries -> records
-    last_phy = None
-    rec = None
-    keyset: set[int] = set()
-    min_off = cl.min_offset
-    expired = beyond = 0
-    first_ts = last_ts = None
-    for e in entries:
-        pos = entries_start + 20 * e.number
-        if e.phy_offset != last_phy:
-            last_phy = e.phy_offset
-            rec = None if e.phy_offset < min_off else cache.decode(e.phy_offset, check_crc=False)
-            keyset = _index_hashes(rec) if isinstance(rec, Message) else set()
-        if rec is None:
-            expired += 1
-            continue
-        if not isinstance(rec, Message):
-            if e.phy_offset >= valid_end or (recovery_end is not None and e.phy_offset >= recovery_end):
-                beyond += 1
-            else:
-                add(ERROR, "index_entry_dangling", label, pos,
-                    f"entry {e.number} points at {e.phy_offset}, where there is no valid record ({rec.kind})")
-            continue
-        if e.key_hash not in keyset:
-            add(ERROR, "index_key_mismatch", label, pos,
-                f"entry {e.number} keyHash {e.key_hash} matches no key of the record at {e.phy_offset} "
-                f"({rec.topic}, {len(keyset)} indexed keys)")
-        if rec.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
-            add(ERROR, "index_key_mismatch", label, pos, f"entry {e.number} indexes a ROLLBACK record")
-        ts = rec.store_timestamp
-        if first_ts is None:
-            first_ts = ts
-        last_ts = ts
-        if e.number > 1 and h.begin_timestamp > 0:
-            diff = (ts - h.begin_timestamp) // 1000 if ts >= h.begin_timestamp else 0
-            d = ts - h.begin_timestamp
-            exp = int(d / 1000) if d > 0 else 0  # Java long division truncates toward zero
-            if e.time_diff != exp and e.time_diff != diff:
-                add(WARNING, "index_time_mismatch", label, pos + 12,
-                    f"entry {e.number} timeDiff {e.time_diff} s, record stored {exp} s after beginTimestamp")
-    if expired:
-        add(INFO, "index_entry_expired", label, None, f"{expired} entries point below the commitlog start {min_off}")
-    if beyond:
-        add(WARNING, "index_entry_beyond_end", label, None,
-            f"{beyond} entries point past the end of valid commitlog data (stale after a truncation; queries "
-            "re-read and drop them)")
-    if entries:
-        if h.begin_phy_offset != entries[0].phy_offset and first_file:
+    if first_phy is not None:
+        if h.begin_phy_offset != first_phy and first_file:
             add(WARNING, "index_header_mismatch", label, 16,
-                f"beginPhyOffset {h.begin_phy_offset} but the first entry points at {entries[0].phy_offset}")
-        if h.end_phy_offset != entries[-1].phy_offset:
+                f"beginPhyOffset {h.begin_phy_offset} but the first entry points at {first_phy}")
+        if h.end_phy_offset != last_entry_phy:
             add(WARNING, "index_header_mismatch", label, 24,
-                f"endPhyOffset {h.end_phy_offset} but the last entry points at {entries[-1].phy_offset}")
+                f"endPhyOffset {h.end_phy_offset} but the last entry points at {last_entry_phy}")
         if first_ts is not None and h.begin_timestamp != first_ts and first_file:
             add(WARNING, "index_header_mismatch", label, 0,
                 f"beginTimestamp {h.begin_timestamp} but the first indexed record was stored at {first_ts}")
