@@ -1,8 +1,9 @@
 """Compiled (numba) kernels behind :mod:`rmqdump.fastwalk`. Importing this module imports numba.
 
-Only :mod:`rmqdump.fastwalk` should import it, and only when a job is large enough to pay for
-it. Kernels are compiled with ``cache=True`` (numba's cache: ``__pycache__`` beside this file,
-or the user-wide cache when that is read-only, or ``NUMBA_CACHE_DIR``).
+Only :mod:`rmqdump.fastwalk` imports it: to build the kernels' shared library once per machine
+(:func:`build_shared_library`; later runs load that library with ctypes and never import
+numba), or as the fallback when no C compiler can link one (the ``cache=True`` cfuncs
+below, numba's own cache).
 
 The record walk mirrors :func:`rmqdump.record.decode_record` check for check, in the same order,
 so that its stop verdict (position + kind) is the pure decoder's. The body CRC is CRC-32
@@ -11,28 +12,48 @@ so that its stop verdict (position + kind) is the pure decoder's. The body CRC i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
+import subprocess
+import tempfile
 
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
-# --- kernel return codes ---------------------------------------------------------------------
-FULL = 0  # batch full (records or bytes); resume at the returned position
-SEG_END = 1  # a record ended exactly at the end of the segment
-BLANK = 2  # a valid end-of-file BLANK at the returned position
-LIMIT = 3  # reached the caller's limit position (--to-offset)
-DEFER = 4  # a record the Python decoder must judge (DELAY property on SCHEDULE_TOPIC_XXXX)
-INVALID = 16  # INVALID + k: invalid record of kind k (index into fastwalk.KINDS)
+from .fastwalk import (  # kernel return codes and argument-block layout, shared with the numba-free caller
+    A_BUF,
+    A_BYTE_LIMIT,
+    A_CHECK_CRC,
+    A_COLUMNS,
+    A_CRC_MODE,
+    A_LIMIT,
+    A_MAX_N,
+    A_MAX_RECORD_SIZE,
+    A_N,
+    A_OUT_CODE,
+    A_OUT_N,
+    A_OUT_POS,
+    A_POS,
+    A_SEG_START,
+    A_SIZE,
+    A_STATS,
+    ARG_BLOCK_SIZE,
+    BLANK,
+    CRC_CLMUL,
+    CRC_TABLE,
+    DEFER,
+    FULL,
+    INVALID,
+    LIMIT,
+    SEG_END,
+)
 
 K_END_OF_DATA, K_BAD_MAGIC, K_BAD_TOTALSIZE, K_TRUNCATED = 0, 1, 2, 3
 K_LENGTH_MISMATCH, K_BODY_CRC, K_BAD_FIELD, K_BAD_BLANK = 4, 5, 6, 7
-
-CRC_TABLE = 0
-CRC_CLMUL = 1
 
 _MAGIC_V1 = 0xDAA320A7
 _MAGIC_V2 = 0xDAA320AB
@@ -453,3 +474,128 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         c_crc_ok[un] = crc_ok
         n += 1
         pos += total
+
+
+# --- C entry points: one int64 argument block each (see fastwalk.ARG_BLOCK) -------------------------
+def _pointer_intrinsic(nbtype):
+    @intrinsic
+    def as_pointer(typingctx, addr):
+        sig = types.CPointer(nbtype)(types.int64)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return sig, codegen
+
+    return as_pointer
+
+
+_PTR = {name: _pointer_intrinsic(getattr(types, name))
+        for name in ("uint8", "int8", "int32", "uint32", "int64", "uint64")}
+_p_u8, _p_i8, _p_i32 = _PTR["uint8"], _PTR["int8"], _PTR["int32"]
+_p_u32, _p_i64, _p_u64 = _PTR["uint32"], _PTR["int64"], _PTR["uint64"]
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def walk_c(a):
+    """``walk`` over raw pointers: ``a`` is the argument block (fastwalk.A_*: inputs, column
+    pointers, outputs)."""
+    cap = a[A_MAX_N]
+    c = A_COLUMNS
+    buf = carray(_p_u8(a[A_BUF]), (a[A_SIZE],))
+    n, pos, code = walk(
+        buf, a[A_POS], a[A_SIZE], a[A_LIMIT], a[A_MAX_RECORD_SIZE], a[A_CHECK_CRC] != 0, a[A_CRC_MODE], a[A_N],
+        cap, a[A_BYTE_LIMIT],
+        carray(_p_i64(a[c + 0]), (cap,)), carray(_p_i32(a[c + 1]), (cap,)), carray(_p_u32(a[c + 2]), (cap,)),
+        carray(_p_i32(a[c + 3]), (cap,)), carray(_p_i32(a[c + 4]), (cap,)), carray(_p_i32(a[c + 5]), (cap,)),
+        carray(_p_i64(a[c + 6]), (cap,)), carray(_p_i64(a[c + 7]), (cap,)), carray(_p_i32(a[c + 8]), (cap,)),
+        carray(_p_i64(a[c + 9]), (cap,)), carray(_p_u64(a[c + 10]), (cap, 2)), carray(_p_i32(a[c + 11]), (cap,)),
+        carray(_p_i64(a[c + 12]), (cap,)), carray(_p_u64(a[c + 13]), (cap, 2)), carray(_p_i32(a[c + 14]), (cap,)),
+        carray(_p_i32(a[c + 15]), (cap,)), carray(_p_i64(a[c + 16]), (cap,)), carray(_p_i32(a[c + 17]), (cap,)),
+        carray(_p_i64(a[c + 18]), (cap,)), carray(_p_i64(a[c + 19]), (cap,)), carray(_p_i32(a[c + 20]), (cap,)),
+        carray(_p_i64(a[c + 21]), (cap,)), carray(_p_i32(a[c + 22]), (cap,)), carray(_p_i8(a[c + 23]), (cap,)),
+        a[A_SEG_START], carray(_p_i64(a[A_STATS]), (2,)), CRC_TABLES, _SCHEDULE, _DELAY)
+    a[A_OUT_N] = n
+    a[A_OUT_POS] = pos
+    a[A_OUT_CODE] = code
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def crc32_c(a):
+    """a[0] data pointer, a[1] length, a[2] mode (-1: this build's best) -> a[3] zlib.crc32."""
+    mode = a[2]
+    if mode < 0:
+        mode = CRC_CLMUL if HAVE_CLMUL else CRC_TABLE
+    a[3] = np.int64(crc32(carray(_p_u8(a[0]), (a[1],)), 0, a[1], CRC_TABLES, mode))
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def info_c(a):
+    """a[0] <- 1 if this build folds CRCs with PCLMULQDQ, a[1] <- the ARG_BLOCK size it expects."""
+    a[0] = 1 if HAVE_CLMUL else 0
+    a[1] = ARG_BLOCK_SIZE
+
+
+ENTRY_POINTS = {"rmqdump_walk": walk_c, "rmqdump_crc32": crc32_c, "rmqdump_info": info_c}
+
+# numba runtime helpers the cfunc wrappers reference on their error paths. The kernels never
+# take those paths (no allocation, no exceptions), but a shared library must resolve every
+# symbol: these stand-ins (which abort) make a library that loads without numba.
+_KNOWN_HELPERS = ("NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise", "numba_gil_ensure", "numba_gil_release",
+                  "numba_runtime_build_excinfo_struct", "numba_unpickle")
+
+
+def _stub_source(names) -> str:
+    return "#include <stdlib.h>\n" + "".join(f"void {n}(void) {{ abort(); }}\n" for n in sorted(set(names)))
+
+
+def build_shared_library(path: str, cc: str = "cc") -> None:
+    """Compile the entry points into one position-independent object and link ``path`` with the
+    system C compiler (stand-ins for numba's runtime helpers included). Raises on failure."""
+    from llvmlite import binding as ll
+
+    modules = []
+    for export, fn in ENTRY_POINTS.items():
+        lib = fn._library
+        mod = ll.parse_assembly(str(lib._final_module))
+        mod.get_function(fn.native_name).name = export
+        modules.append(mod)
+    main = modules[0]
+    for m in modules[1:]:
+        main.link_in(m)
+    target = ll.Target.from_triple(ll.get_process_triple())
+    tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
+                                      opt=3, reloc="pic", codemodel="default")
+    main.triple = tm.triple
+    obj = tm.emit_object(main)
+    with tempfile.TemporaryDirectory(prefix="rmqdump-build-") as tmp:
+        o = os.path.join(tmp, "kernels.o")
+        with open(o, "wb") as f:
+            f.write(obj)
+        names = list(_KNOWN_HELPERS)
+        try:
+            nm = subprocess.run(["nm", "-u", o], capture_output=True, text=True, timeout=60)
+            names += [ln.split()[-1] for ln in nm.stdout.splitlines() if ln.split()[-1:] and
+                      ln.split()[-1].startswith(("numba_", "NRT_"))]
+        except OSError:
+            pass
+        stubs = os.path.join(tmp, "stubs.c")
+        with open(stubs, "w") as f:
+            f.write(_stub_source(names))
+        out = os.path.join(tmp, "kernels.so")
+        res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", out, o, stubs], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise OSError(f"linking the fast kernels failed: {res.stderr.strip()[:500]}")
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd, tmp_out = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".kernels-", suffix=".so")
+        os.close(fd)
+        with open(out, "rb") as src, open(tmp_out, "wb") as dst:
+            dst.write(src.read())
+        os.chmod(tmp_out, 0o755)
+        os.replace(tmp_out, path)
+
+
+def source_digest() -> str:
+    """Digest of this file (part of the shared library's cache key)."""
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()

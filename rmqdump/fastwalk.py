@@ -22,11 +22,17 @@ the size; ``RMQDUMP_CRC=table`` uses the slice-by-8 table CRC instead of PCLMULQ
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import importlib.util
 import mmap
 import os
+import platform
+import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import StoreError
@@ -71,14 +77,165 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
 
-_K: Any = None  # rmqdump._fastkernels once loaded
+# Kernel return codes (see rmqdump._fastkernels.walk).
+FULL = 0  # batch full (records or bytes); resume at the returned position
+SEG_END = 1  # a record ended exactly at the end of the segment
+BLANK = 2  # a valid end-of-file BLANK at the returned position
+LIMIT = 3  # reached the caller's limit position (--to-offset)
+DEFER = 4  # a record the Python decoder must judge (DELAY property on SCHEDULE_TOPIC_XXXX)
+INVALID = 16  # INVALID + k: invalid record of kind KINDS[k]
+CRC_TABLE = 0  # slice-by-8 table CRC
+CRC_CLMUL = 1  # PCLMULQDQ folding CRC
+
+# The int64 argument block of the walk entry point: inputs, 24 column pointers, outputs.
+A_BUF, A_POS, A_SIZE, A_LIMIT, A_MAX_RECORD_SIZE, A_CHECK_CRC, A_CRC_MODE = 0, 1, 2, 3, 4, 5, 6
+A_N, A_MAX_N, A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS = 7, 8, 9, 10, 11, 12
+A_OUT_N, A_OUT_POS, A_OUT_CODE = 36, 37, 38
+ARG_BLOCK_SIZE = 40
+
 _np: Any = None
+_backend: Any = None
+_backend_lock = threading.Lock()
+
+
+def _numpy():
+    global _np
+    if _np is None:
+        import numpy
+
+        _np = numpy
+    return _np
+
+
+class Backend:
+    """The loaded kernels: ctypes entry points taking one int64 argument block each."""
+
+    def __init__(self, kind: str, walk, crc32, info):
+        self.kind = kind
+        self.walk = walk
+        self.crc32 = crc32
+        block = (ctypes.c_int64 * 4)()
+        info(ctypes.addressof(block))
+        self.clmul = bool(block[0])
+        if block[1] != ARG_BLOCK_SIZE:
+            raise RuntimeError(f"kernel argument block {block[1]} != {ARG_BLOCK_SIZE}")
+
+    def __repr__(self) -> str:
+        return f"Backend({self.kind}, crc={'clmul' if self.clmul else 'table'})"
+
+
+def cache_dir() -> Path:
+    """Where the compiled kernels live: ``$RMQDUMP_CACHE_DIR``, else ``$XDG_CACHE_HOME/rmqdump``,
+    else ``~/.cache/rmqdump``."""
+    if os.environ.get("RMQDUMP_CACHE_DIR"):
+        return Path(os.environ["RMQDUMP_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rmqdump"
+
+
+def _cpu_signature() -> str:
+    """CPU model and feature flags (the kernels are compiled for this host's CPU)."""
+    sig = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    sig.append(line.strip())
+                if line.strip() == "":
+                    break
+    except OSError:
+        pass
+    return "\n".join(sig)
+
+
+def library_path() -> Path:
+    """The shared library of kernels for this machine, source, numba and Python (may not exist yet)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256()
+    here = Path(__file__).resolve()
+    for src in (here, here.with_name("_fastkernels.py")):
+        h.update(src.read_bytes())
+    for dist in ("numba", "llvmlite"):
+        try:
+            h.update(version(dist).encode())
+        except PackageNotFoundError:
+            pass
+    h.update(_cpu_signature().encode())
+    h.update(sys.implementation.cache_tag.encode() if sys.implementation.cache_tag else b"")
+    h.update(os.environ.get("RMQDUMP_CRC", "").lower().encode())
+    return cache_dir() / f"fastkernels-{h.hexdigest()[:24]}.so"
+
+
+def _load_library(path: Path) -> Backend:
+    lib = ctypes.CDLL(str(path))
+    fns = []
+    for name in ("rmqdump_walk", "rmqdump_crc32", "rmqdump_info"):
+        fn = lib[name]
+        fn.argtypes = [ctypes.c_void_p]
+        fn.restype = None
+        fns.append(fn)
+    return Backend(f"shared library {path}", *fns)
+
+
+def _import_fastkernels():
+    """Import rmqdump._fastkernels (numba). numba's first compilation imports its whole target
+    registry, which imports SciPy only to probe BLAS (unused here): 0.5-1 s and tens of MB.
+    Unless SciPy is already imported (or ``RMQDUMP_NUMBA_SCIPY=1``) it is hidden meanwhile;
+    numba then treats BLAS as unavailable in this process."""
+    hide = "scipy" not in sys.modules and os.environ.get("RMQDUMP_NUMBA_SCIPY") != "1"
+    if hide:
+        sys.modules["scipy"] = None  # type: ignore[assignment]  # `import scipy` -> ImportError
+    try:
+        from . import _fastkernels
+
+        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        fns = [proto(f.address) for f in (_fastkernels.walk_c, _fastkernels.crc32_c, _fastkernels.info_c)]
+        return _fastkernels, fns
+    finally:
+        if hide and sys.modules.get("scipy", 0) is None:
+            del sys.modules["scipy"]
+
+
+def backend() -> Backend:
+    """Load the kernels once per process.
+
+    First choice: the shared library in :func:`cache_dir` (no numba import: fast start, small
+    RSS); when it is missing it is built once with numba and the C compiler (``cc`` or
+    ``$CC``). Without a C compiler (or with ``RMQDUMP_FAST_LIBRARY=0``) numba's JIT-compiled
+    cfuncs (numba's own cache) are used instead.
+    """
+    global _backend
+    if _backend is not None:
+        return _backend
+    with _backend_lock:
+        if _backend is not None:
+            return _backend
+        _numpy()
+        errors = []
+        if os.environ.get("RMQDUMP_FAST_LIBRARY", "1") != "0":
+            try:
+                path = library_path()
+                if not path.exists():
+                    kmod, _ = _import_fastkernels()
+                    kmod.build_shared_library(str(path), os.environ.get("CC", "cc"))
+                _backend = _load_library(path)
+                return _backend
+            except Exception as e:  # no compiler, read-only cache, foreign platform: JIT instead
+                errors.append(f"{type(e).__name__}: {e}")
+        _, fns = _import_fastkernels()
+        _backend = Backend("numba JIT" + (f" (library unavailable: {errors[0][:200]})" if errors else ""), *fns)
+        _backend._keep = fns  # keep the ctypes thunks alive
+        return _backend
 
 
 def fast_available() -> bool:
-    """Whether the compiled path can run here (numba and numpy installed, not disabled)."""
-    if os.environ.get("RMQDUMP_FAST", "") == "0":
+    """Whether the compiled path can run here (numba and numpy installed, little-endian host,
+    not disabled with ``RMQDUMP_FAST=0``)."""
+    if os.environ.get("RMQDUMP_FAST", "") == "0" or sys.byteorder != "little":
         return False
+    if _backend is not None:
+        return True
     return importlib.util.find_spec("numba") is not None and importlib.util.find_spec("numpy") is not None
 
 
@@ -93,39 +250,37 @@ def use_fast(nbytes: int, threshold: int | None = None) -> bool:
     return nbytes >= (FAST_THRESHOLD if threshold is None else threshold) and fast_available()
 
 
-def kernels():
-    """Import (and on first call JIT-compile or load from cache) the numba kernels."""
-    global _K, _np
-    if _K is None:
-        import numpy
-
-        from . import _fastkernels
-
-        _np = numpy
-        _K = _fastkernels
-    return _K
+def kernels() -> Backend:
+    """Alias of :func:`backend` (load the kernels now, e.g. before starting threads)."""
+    return backend()
 
 
 def crc_mode() -> int:
-    """The CRC implementation the kernels use here (``_fastkernels.CRC_CLMUL`` or ``CRC_TABLE``)."""
-    k = kernels()
-    return k.CRC_CLMUL if k.HAVE_CLMUL else k.CRC_TABLE
+    """The CRC implementation walks use here (``CRC_CLMUL`` or ``CRC_TABLE``; ``RMQDUMP_CRC=table``
+    forces the table)."""
+    if os.environ.get("RMQDUMP_CRC", "").lower() == "table":
+        return CRC_TABLE
+    return CRC_CLMUL if backend().clmul else CRC_TABLE
 
 
-def crc32(data) -> int:
-    """``zlib.crc32(data)`` through the compiled CRC (for tests and benchmarks)."""
-    k = kernels()
+def crc32(data, mode: int | None = None) -> int:
+    """``zlib.crc32(data)`` through the compiled CRC (``mode``: CRC_CLMUL, CRC_TABLE, None = best)."""
+    b = backend()
     arr = _as_array(data)
-    return int(k.crc32(arr, 0, arr.size, k.CRC_TABLES, crc_mode()))
+    block = (ctypes.c_int64 * 4)(arr.ctypes.data if arr.size else 0, arr.size, -1 if mode is None else mode, 0)
+    if mode == CRC_CLMUL and not b.clmul:
+        raise ValueError("this build has no PCLMULQDQ CRC")
+    b.crc32(ctypes.addressof(block))
+    return block[3] & 0xFFFFFFFF
 
 
 def _as_array(data) -> np.ndarray:
     """A read-only uint8 numpy view of a buffer (no copy)."""
-    kernels()
-    arr = data if isinstance(data, _np.ndarray) else _np.frombuffer(data, dtype=_np.uint8)
-    if arr.dtype != _np.uint8 or arr.ndim != 1:
-        arr = arr.reshape(-1).view(_np.uint8)
-    if arr.flags.writeable:  # one kernel specialisation (read-only arrays) for every caller
+    np = _numpy()
+    arr = data if isinstance(data, np.ndarray) else np.frombuffer(data, dtype=np.uint8)
+    if arr.dtype != np.uint8 or arr.ndim != 1:
+        arr = arr.reshape(-1).view(np.uint8)
+    if arr.flags.writeable:
         arr = arr.view()
         arr.flags.writeable = False
     return arr
@@ -135,18 +290,18 @@ class _Columns:
     """Preallocated column arrays, reused batch after batch."""
 
     def __init__(self, capacity: int):
-        np = _np
+        np = _numpy()
         self.capacity = capacity
         self.arrays = {}
-        self.ordered = []
+        self.pointers = []  # data addresses, in COLUMNS order (the kernel's argument block)
         for name, dt in COLUMNS:
             if dt == "16u1":  # filled as two native uint64 words, read as 16 bytes
                 words = np.zeros((capacity, 2), dtype=np.uint64)
                 self.arrays[name] = words.view(np.uint8)
-                self.ordered.append(words)
+                self.pointers.append(words.ctypes.data)
             else:
                 self.arrays[name] = np.zeros(capacity, dtype=dt)
-                self.ordered.append(self.arrays[name])
+                self.pointers.append(self.arrays[name].ctypes.data)
 
     def set_row(self, i: int, msg: Message, body_start: int, topic_start: int, props_start: int) -> None:
         a = self.arrays
@@ -158,7 +313,7 @@ class _Columns:
         for name, addr in (("born_addr", msg.born_addr), ("store_addr", msg.store_addr)):
             row = a[name][i]
             row[:] = 0
-            row[:len(addr)] = _np.frombuffer(addr, dtype=_np.uint8)
+            row[:len(addr)] = _numpy().frombuffer(addr, dtype="uint8")
         a["body_start"][i] = body_start
         a["topic_start"][i] = topic_start
         a["topic_length"][i] = len(msg.topic_raw)
@@ -281,7 +436,7 @@ class FastSegmentWalk:
                  max_record_size: int = MAX_RECORD_SIZE, batch_records: int = BATCH_RECORDS,
                  batch_bytes: int = BATCH_BYTES, release_pages: bool = True, strict: bool = False,
                  columns: _Columns | None = None):
-        self.k = kernels()
+        self.k = backend()
         self.segment = segment
         self._mm = None
         if segment is not None:
@@ -300,7 +455,19 @@ class FastSegmentWalk:
         self.release_pages = release_pages and self._mm is not None and hasattr(self._mm, "madvise")
         self.strict = strict
         self.cols = columns if columns is not None and columns.capacity >= batch_records else _Columns(batch_records)
-        self.stats = _np.array([0, -1], dtype=_np.int64)
+        np = _numpy()
+        self.stats = np.array([0, -1], dtype=np.int64)
+        a = self.block = np.zeros(ARG_BLOCK_SIZE, dtype=np.int64)
+        a[A_BUF] = self.buf.ctypes.data if self.size else 0
+        a[A_SIZE] = self.size
+        a[A_LIMIT] = self.limit
+        a[A_MAX_RECORD_SIZE] = max_record_size
+        a[A_CHECK_CRC] = 1 if check_crc else 0
+        a[A_CRC_MODE] = crc_mode() if check_crc else CRC_TABLE
+        a[A_MAX_N] = batch_records
+        a[A_SEG_START] = self.seg_start
+        a[A_STATS] = self.stats.ctypes.data
+        a[A_COLUMNS:A_COLUMNS + len(COLUMNS)] = self.cols.pointers
         self.stop: SegmentStop | None = None
         self.records = 0
         self.end_pos = start_pos
@@ -316,24 +483,26 @@ class FastSegmentWalk:
         return None if self.stats[0] == 0 else int(self.stats[1])
 
     def __iter__(self) -> Iterator[RecordBatch]:
-        k = self.k
+        walk = self.k.walk
+        a = self.block
+        addr = a.ctypes.data
         buf, size = self.buf, self.size
         cols = self.cols
-        mode = crc_mode() if self.check_crc else k.CRC_TABLE
         pos = self.start_pos
         try:
             while True:
                 n = 0
                 batch_start = pos
-                byte_limit = pos + self.batch_bytes
+                a[A_BYTE_LIMIT] = pos + self.batch_bytes
                 while True:
-                    n, pos, code = k.walk(buf, pos, size, self.limit, self.max_record_size, self.check_crc, mode,
-                                          n, self.batch_records, byte_limit, *cols.ordered, self.seg_start,
-                                          self.stats, k.CRC_TABLES, k._SCHEDULE, k._DELAY)
-                    if code == k.DEFER or code >= k.INVALID:
+                    a[A_POS] = pos
+                    a[A_N] = n
+                    walk(addr)
+                    n, pos, code = int(a[A_OUT_N]), int(a[A_OUT_POS]), int(a[A_OUT_CODE])
+                    if code == DEFER or code >= INVALID:
                         rec = self._pure(pos)
-                        if code >= k.INVALID:
-                            self.kernel_kind = KINDS[code - k.INVALID]
+                        if code >= INVALID:
+                            self.kernel_kind = KINDS[code - INVALID]
                             if self.strict and (not isinstance(rec, Invalid) or rec.kind != self.kernel_kind):
                                 raise AssertionError(f"fast walk verdict {self.kernel_kind} at {pos} differs from "
                                                      f"the pure decoder's {rec!r}")
@@ -355,14 +524,14 @@ class FastSegmentWalk:
                 self._finish(n, pos)
                 if n:
                     yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name)
-                if code == k.FULL:
+                if code == FULL:
                     self._release(batch_start)
                     continue
-                if code == k.BLANK:
+                if code == BLANK:
                     self.end_pos = size
                     self.stop = SegmentStop("blank", pos, self.seg_start + pos,
                                             blank=Blank(self.seg_start + pos, self.name, pos, size - pos, size - pos))
-                elif code == k.LIMIT:
+                elif code == LIMIT:
                     self.stop = SegmentStop("limit", pos, self.seg_start + pos)
                 else:
                     self.stop = SegmentStop("end", pos, self.seg_start + pos)
@@ -425,7 +594,6 @@ class FastSegmentWalk:
 
 def _map(segment: Segment):
     """Read-only mapping of a segment file and a uint8 array over it (no copy)."""
-    kernels()
     try:
         fd = os.open(segment.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -588,7 +756,7 @@ def verify_segments(segments: Sequence[Segment], *, jobs: int = 1, check_crc: bo
     ends at the first summary whose ``stop`` is an Invalid kind."""
     segs = [s for s in segments if start is None or s.start + s.size > start]
     args = [(s, max(0, start - s.start) if start is not None else 0) for s in segs]
-    kernels()  # load once, before the threads start
+    backend()  # load once, before the threads start
 
     def one(a):
         return summarize_segment(a[0], a[1], check_crc, end, max_record_size)

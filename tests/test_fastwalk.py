@@ -112,9 +112,9 @@ def test_fixture_store_identical():
 
 @pytest.mark.parametrize("name", ["corrupt_crc", "clean"])
 def test_table_crc_walk_identical(monkeypatch, name):
-    k = fastwalk.kernels()
-    monkeypatch.setattr(k, "HAVE_CLMUL", False)  # crc_mode() -> the slice-by-8 table
-    assert fastwalk.crc_mode() == k.CRC_TABLE
+    fastwalk.backend()
+    monkeypatch.setenv("RMQDUMP_CRC", "table")  # crc_mode() -> the slice-by-8 table
+    assert fastwalk.crc_mode() == fastwalk.CRC_TABLE
     path = REAL / name
     if not path.is_dir():
         pytest.skip("real stores are not beside the checkout")
@@ -138,16 +138,16 @@ def test_fixture_batches_and_columns():
 # --- the compiled CRC -----------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["clmul", "table"])
 def test_crc_matches_zlib(mode):
-    k = fastwalk.kernels()
-    m = k.CRC_CLMUL if mode == "clmul" else k.CRC_TABLE
-    if m == k.CRC_CLMUL and not k.HAVE_CLMUL:
+    b = fastwalk.backend()
+    m = fastwalk.CRC_CLMUL if mode == "clmul" else fastwalk.CRC_TABLE
+    if m == fastwalk.CRC_CLMUL and not b.clmul:
         pytest.skip("no PCLMULQDQ on this host")
     rnd = random.Random(1)
     data = bytes(rnd.getrandbits(8) for _ in range(70000))
-    arr = fastwalk._as_array(data)
+    mv = memoryview(data)
     for n in [*range(0, 300), 1000, 1023, 4096, 65537, 69000]:
         for s in (0, 1, 7, 13):
-            assert k.crc32(arr, s, s + n, k.CRC_TABLES, m) == zlib.crc32(data[s:s + n]), (n, s)
+            assert fastwalk.crc32(mv[s:s + n], m) == zlib.crc32(mv[s:s + n]), (n, s)
     assert fastwalk.crc32(b"123456789") == 0xCBF43926
 
 
@@ -376,6 +376,40 @@ def test_importing_rmqdump_does_not_import_numba():
     env = {k: v for k, v in os.environ.items() if k != "RMQDUMP_FAST"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
+
+
+_COMPARE_FIXTURE = """
+import sys
+from rmqdump import fastwalk
+from rmqdump.commitlog import CommitLog
+from rmqdump.record import Message
+cl = CommitLog.open(sys.argv[1])
+slots = [s for s in Message.__slots__ if not s.startswith("_")]
+sig = lambda r: tuple(getattr(r, s, None) for s in slots) if isinstance(r, Message) else repr(r)
+pure, fast = cl.walk(), fastwalk.FastWalk(cl, strict=True, batch_records=4)
+assert [sig(r) for r in pure] == [sig(r) for r in fast]
+assert (pure.stop.offset, pure.stop.kind) == (fast.stop.offset, fast.stop.kind)
+print(fastwalk.backend().kind.split(" (")[0], "numba" in sys.modules)
+"""
+
+
+def test_shared_library_backend_runs_without_numba():
+    fastwalk.backend()  # builds the library once if needed
+    env = {k: v for k, v in os.environ.items() if k not in ("RMQDUMP_FAST", "RMQDUMP_FAST_LIBRARY")}
+    res = subprocess.run([sys.executable, "-c", _COMPARE_FIXTURE, str(FIXTURES / "store")], capture_output=True,
+                         text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    if not fastwalk.backend().kind.startswith("shared library"):
+        pytest.skip(f"no shared library here: {fastwalk.backend().kind}")
+    assert res.stdout.startswith("shared library") and res.stdout.split()[-1] == "False", res.stdout
+
+
+def test_numba_jit_backend_is_identical():
+    env = {**os.environ, "RMQDUMP_FAST_LIBRARY": "0"}
+    res = subprocess.run([sys.executable, "-c", _COMPARE_FIXTURE, str(FIXTURES / "store")], capture_output=True,
+                         text=True, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("numba JIT") and res.stdout.split()[-1] == "True", res.stdout
 
 
 def test_use_fast_environment_override(monkeypatch):
