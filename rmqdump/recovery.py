@@ -144,32 +144,52 @@ class QueueState:
         return f"{self.topic}/{self.queue_id}"
 
 
-def consume_queue_states(store: Store) -> tuple[list[QueueState], list[str]]:
+@dataclass(frozen=True)
+class CqProblem:
+    """A consume-queue file problem; ``fatal`` ones make the broker's ``load()`` fail."""
+
+    file: str
+    message: str
+    fatal: bool
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.message}"
+
+
+def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem]]:
     """Every consume queue after the broker's CQ recovery, plus load problems found on the way."""
-    problems: list[str] = []
+    problems: list[CqProblem] = []
     root = store.root
     if root is None or store.path("consumequeue") is None:
         return [], problems
-    try:
-        from .consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
-    except ImportError:  # pragma: no cover - reader not installed
-        return [], ["consume-queue reader unavailable"]
+    from .consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
+
     try:
         file_size = infer_store_cq_file_size(root)
     except RmqdumpError as e:
-        problems.append(f"consume queue file size: {e}")
+        problems.append(CqProblem("consumequeue", f"cannot infer the file size: {e.message}", False))
         file_size = None
     states: list[QueueState] = []
     for ref in discover_queues(root):
+        label = f"consumequeue/{ref.topic}/{ref.queue_id}"
         try:
             cq = ConsumeQueue(ref.path, ref.topic, ref.queue_id, file_size, strict=False)
         except RmqdumpError as e:
-            problems.append(f"consumequeue/{ref.topic}/{ref.queue_id}: {e}")
+            problems.append(CqProblem(label, e.message, True))
             continue
-        for p in cq.problems:
-            problems.append(f"consumequeue/{ref.topic}/{ref.queue_id}: {p}")
+        for f in cq.files:
+            if cq.file_size and f.size != cq.file_size:
+                problems.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
+                                          f"{cq.file_size}: the broker refuses to load it", True))
+            elif cq.file_size and f.start % cq.file_size:
+                problems.append(CqProblem(f"{label}/{f.path.name}", f"start offset {f.start} is not a multiple of "
+                                          f"the file size {cq.file_size}", False))
         for s in cq.stray_files:
-            problems.append(f"consumequeue/{ref.topic}/{ref.queue_id}/{s.name}: not a numeric file name")
+            problems.append(CqProblem(f"{label}/{s.name}", "not a numeric mapped-file name: the broker's load "
+                                      "fails on it", True))
+        for a, b in cq.missing_files():
+            problems.append(CqProblem(label, f"files missing for bytes [{a}, {b}): queue offsets "
+                                      f"{a // 20}..{b // 20 - 1} have no entries", False))
         if not cq.files or not cq.file_size:
             continue
         try:
@@ -179,7 +199,7 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[str]]:
             kept = [f for f in cq.files if f.start not in gone]
             beyond = [(e.queue_offset, e.commit_log_offset) for e in _units(cq, end) if e.is_valid]
         except RmqdumpError as e:
-            problems.append(f"consumequeue/{ref.topic}/{ref.queue_id}: {e}")
+            problems.append(CqProblem(label, e.message, False))
             continue
         states.append(QueueState(ref.topic, ref.queue_id, ref.path, kept, cq.file_size, end, maxphy,
                                  cq.files[0].start // 20, beyond, cq))
@@ -571,11 +591,13 @@ class RecoveryPrediction:
 
 def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool = True, use_mmap: bool = True,
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
-                     previous_end: int | None = None, list_dropped: bool = True) -> RecoveryPrediction:
+                     previous_end: int | None = None, list_dropped: bool = True,
+                     cq_problems: list[CqProblem] | None = None) -> RecoveryPrediction:
     """Reproduce the broker's startup recovery on ``store`` (see the module docstring).
 
     ``previous_end`` (end of valid data as a plain walk sees it) only feeds the notes;
-    ``queue_states`` may be passed to avoid reading the consume queues twice;
+    ``queue_states`` (with their ``cq_problems``) may be passed to avoid reading the consume
+    queues twice;
     ``list_dropped=False`` skips the keep-going walk that lists the dropped records.
     """
     if version not in VERSIONS:
@@ -589,9 +611,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     pred.load_errors = load_problems(store, version)
     if queue_states is None:
         queue_states, cq_problems = consume_queue_states(store)
-    else:
-        cq_problems = []
-    pred.load_errors += [p for p in cq_problems if "expected" in p or "numeric" in p]
+    pred.load_errors += [str(p) for p in cq_problems or () if p.fatal]
     if pred.load_errors:
         pred.mode = MODE_REFUSES
         pred.reason = (f"{pred.load_errors[0]}; the broker's load() fails and it does not start "

@@ -372,3 +372,13 @@ def test_header_outliers(store_copy, pos, data):
     assert [f.offset for f in r.findings if f.kind == "header_outlier"] == [956]
     assert r.recovery.max_offset == 397358
     assert {"offset": 956, "kind": "header_outlier", "file": CL0} in r.accepted_damaged
+
+
+def test_cq_file_problems(store_copy):
+    root = store_copy("clean")
+    q = root / "consumequeue" / "TopicTest" / "1"
+    os.truncate(q / SEG0, 300)
+    r = verify_store(root)
+    [f] = [f for f in r.findings if f.kind == "cq_file"]
+    assert f.severity == ERROR and f.file == f"consumequeue/TopicTest/1/{SEG0}" and "300 bytes" in f.detail
+    assert r.recovery.mode == "refuses_to_start"

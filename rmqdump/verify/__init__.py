@@ -52,7 +52,8 @@ Consume queues:
   ``cq_entry_wrong_queue``, ``cq_entry_beyond_end``, ``cq_size_mismatch``, ``cq_hole`` (error);
   ``cq_tags_mismatch`` (error; warning on SCHEDULE_TOPIC_XXXX), ``cq_entries_after_hole``,
   ``queue_id_out_of_range`` (warning); ``cq_not_dispatched``, ``cq_entry_expired`` (info);
-  ``cq_file`` (error: wrong file size, gap or stray file — a 4.9 broker refuses to start),
+  ``cq_file`` (error: wrong file size or stray file — a 4.9 broker refuses to start; warning: missing
+  files, misaligned names),
   ``cq_unavailable`` (info)
 Index files:
   ``index_key_mismatch``, ``index_slot_mismatch``, ``index_chain_cycle``, ``index_chain_merge``,
@@ -192,13 +193,14 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
 
     # consume queues (shared with the recovery prediction) and config
     states = []
+    cq_problems = []
     topics = None
     loaded_cfg: dict = {}
     if root is not None and store_checks:
         try:
             states, cq_problems = consume_queue_states(store)
-            for msg in cq_problems:
-                findings.append(Finding(ERROR, "cq_file", msg.split(":", 1)[0], None, msg.split(":", 1)[-1].strip()))
+            for prob in cq_problems:
+                findings.append(Finding(ERROR if prob.fatal else WARNING, "cq_file", prob.file, None, prob.message))
         except RmqdumpError as e:
             findings.append(Finding(INFO, "cq_unavailable", "consumequeue", None, f"consume queues not checked: {e}"))
             states = []
@@ -246,7 +248,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         try:
             pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
                                     list_limit=list_limit, queue_states=states if store_checks else None,
-                                    previous_end=valid_end)
+                                    cq_problems=cq_problems, previous_end=valid_end)
         except RmqdumpError as e:
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
@@ -255,7 +257,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             try:
                 alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
                                        list_limit=0, queue_states=states if store_checks else None,
-                                       list_dropped=False)
+                                       cq_problems=cq_problems, list_dropped=False)
                 report.version_notes = _version_notes(pred, alt)
             except RmqdumpError:
                 pass
