@@ -15,6 +15,9 @@ from .. import __version__
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("rmqdump.cli.info", "info", "Summarise a store: segments, queues, index files, checkpoint, lock."),
     "scan": ("rmqdump.cli.scan", "scan", "Walk the commitlog and print its records."),
+    "lookup": ("rmqdump.cli.lookup", "lookup", "Find messages by key, client id, msg id, queue position or offset."),
+    "cq": ("rmqdump.cli.cq", "cq", "Dump consume queues: min/max offsets, gaps, entries."),
+    "index": ("rmqdump.cli.index", "index", "Dump index files: headers, slot occupancy, chain lengths, entries."),
     "verify": ("rmqdump.cli.verify", "verify", "Check a store and predict what the broker's recovery would drop."),
 }
 

@@ -1,0 +1,109 @@
+"""`rmqdump cq`: consume queues — per-queue min/max offsets and gaps, or their entries."""
+
+from __future__ import annotations
+
+import click
+
+from .geometry import broker_config_option, resolve
+from .options import output_options, store_argument
+
+TABLE_COLUMNS = [
+    ("topic", "TOPIC", 28), ("queue_id", "Q", 4), ("queue_offset", "QOFF", 8), ("commit_log_offset", "OFFSET", 14),
+    ("size", "SIZE", 8), ("tags_code", "TAGSCODE", 20), ("status", "STATUS", 9), ("file", "FILE", 20),
+]
+
+
+def _notes(q: dict) -> str:
+    notes = []
+    if q.get("holes"):
+        notes.append(f"{q['holes']} invalid units (first at {q['hole_offsets'][:3]})")
+    if q.get("pre_blank"):
+        notes.append(f"{q['pre_blank']} pre-blank units")
+    for m in q.get("missing_files", []):
+        notes.append(f"missing {m['files']} file(s) for queue offsets {m['from_queue_offset']}..{m['to_queue_offset']}")
+    if q.get("truncated_by_recovery"):
+        notes.append(f"recovery would delete {', '.join(q['truncated_by_recovery'])}")
+    notes.extend(q.get("problems", []))
+    if q.get("stray_files"):
+        notes.append(f"stray files: {', '.join(q['stray_files'])}")
+    return "; ".join(notes)
+
+
+def render(console, doc: dict) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from .output import escape_control
+
+    t = Table(title=f"consume queues (file size {doc['file_size']}, {doc['file_size_source']})", box=None)
+    for c in ("topic", "queue", "files", "min offset", "max offset", "entries", "max physic offset", "notes"):
+        t.add_column(c, justify="left" if c in ("topic", "notes") else "right")
+    for q in doc["queues"]:
+        t.add_row(Text(escape_control(q["topic"])), str(q["queue_id"]), str(len(q["files"])), str(q["min_offset"]),
+                  str(q["max_offset"]), str(q["entries"]), str(q["max_physic_offset"]),
+                  Text(escape_control(_notes(q)), style="yellow"))
+    console.print(t)
+    for e in doc["errors"]:
+        console.print(Text(escape_control(e), style="red"))
+
+
+def _has_findings(doc: dict) -> bool:
+    return bool(doc["errors"]) or any(q.get("holes") or q.get("missing_files") or q.get("problems")
+                                      or q.get("truncated_by_recovery") for q in doc["queues"])
+
+
+@click.command()
+@store_argument
+@click.option("--topic", "-t", default=None, help="Only this topic's queues.")
+@click.option("--queue", "queue_id", type=int, default=None, help="Only this queue id.")
+@click.option("--entries", "mode", flag_value="entries", default=None,
+              help="Print entries (default when both --topic and --queue are given).")
+@click.option("--summary", "mode", flag_value="summary", help="Print the per-queue summary (the default otherwise).")
+@click.option("--raw", is_flag=True,
+              help="With entries: every non-zero unit of every file, also past the end the broker recovers to.")
+@output_options
+@broker_config_option
+def cq(store, topic, queue_id, mode, raw, fmt, quiet, broker_config):
+    """Dump the consume queues of STORE.
+
+    Summary: per queue its files, min offset (first entry at or after the commitlog's min
+    offset), max offset (after the broker's recovery scan), entry count, maxPhysicOffset,
+    invalid units, missing files and files the recovery would delete; exit 1 if any.
+    Entries: queue offset, commitlog offset, size, tagsCode and status (valid, invalid,
+    pre_blank) of each unit in the broker's view [first file start, max offset).
+    """
+    from ..dumps import CQ_ENTRY_FIELDS, cq_entries, cq_summary
+    from ..errors import NotFoundError
+    from ..store import Store
+    from .output import RecordWriter, default_format, emit_document
+
+    if mode is None:
+        mode = "entries" if topic is not None and queue_id is not None else "summary"
+    if raw and mode != "entries":
+        raise click.UsageError("--raw applies to entries")
+    fmt = default_format(fmt)
+    st = Store.open(store)
+    if st.root is None:
+        raise NotFoundError("cq needs a store root (only commitlog files were given)", store)
+    geo = resolve(st, None, None, broker_config, None, ("consumequeue",))
+    if mode == "entries":
+        writer = RecordWriter(fmt, CQ_ENTRY_FIELDS, TABLE_COLUMNS)
+        try:
+            for row in cq_entries(st.root, topic, queue_id, geo, raw=raw):
+                writer.write(row)
+        finally:
+            writer.close()
+        if not quiet:
+            from .output import diag
+
+            diag(f"{writer.count} entries; consume queue file size {geo.cq_file_size} "
+                 f"({geo.sources.get('consumequeue')})")
+        return
+    if fmt == "csv":
+        raise click.BadParameter("the summary is a document: use table, json or jsonl (or --entries for csv)",
+                                 param_hint="--format")
+    doc = cq_summary(st.root, topic, queue_id, geo, st.commitlog.min_offset)
+    doc["geometry_problems"] = geo.problems
+    emit_document(doc, fmt, render)
+    if _has_findings(doc):
+        raise SystemExit(1)

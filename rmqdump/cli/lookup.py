@@ -1,0 +1,153 @@
+"""`rmqdump lookup`: find messages by key, client id, offsetMsgId, queue position or offset."""
+
+from __future__ import annotations
+
+import click
+
+from .geometry import geometry_options, resolve
+from .options import access_options, body_options, output_options, parse_time, resolve_body_mode, store_argument
+
+#: unreadable index targets listed one per line before the rest are counted
+MAX_LISTED = 10
+
+
+@click.command()
+@store_argument
+@click.option("--key", "-k", default=None, help="A KEYS element or UNIQ_KEY, looked up through the index.")
+@click.option("--uniq-key", default=None, metavar="ID", help="A client message id (UNIQ_KEY, 32 or 56 hex chars).")
+@click.option("--msg-id", default=None, metavar="ID", help="A broker offsetMsgId (store host + commitlog offset).")
+@click.option("--queue", "queue", type=(str, int, int), default=None, metavar="TOPIC QID QOFFSET",
+              help="A consume queue position.")
+@click.option("--offset", "phys", type=click.IntRange(0), default=None, metavar="PHYS",
+              help="A commitlog offset (where a record starts).")
+@click.option("--topic", "-t", default=None,
+              help="Topic of --key/--uniq-key (without it every topic the store names is searched).")
+@click.option("--begin", default=None, help="Store time lower bound (ISO 8601, UTC by default, or epoch ms).")
+@click.option("--end", default=None, help="Store time upper bound (ISO 8601 or epoch ms).")
+@click.option("--max", "max_num", type=click.IntRange(1), default=None, metavar="N",
+              help="Print at most N records (newest first); says so on stderr when more exist.")
+@click.option("--scan", "force_scan", is_flag=True, help="Walk the whole commitlog instead of using the index.")
+@click.option("--show-collisions", is_flag=True,
+              help="List the records that share the key's hash but not its topic/key (stderr).")
+@output_options
+@body_options
+@access_options
+@geometry_options
+def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num, force_scan, show_collisions, fmt,
+           quiet, body_mode, decompress, no_mmap, max_message_size, index_slots, index_entries, broker_config):
+    """Find messages in STORE and print them in the scan JSONL schema, newest first.
+
+    Exactly one of --key, --uniq-key, --msg-id, --queue, --offset. Key lookups go through the
+    IndexFile like the broker's queryMsgByKey, without its 64-result cap, and decode every hit
+    to confirm its topic and KEYS/UNIQ_KEY: hash collisions are counted, never printed. When
+    the index is missing, would be deleted by the broker's crash recovery, or does not cover
+    the commitlog or the time window, the uncovered commitlog is walked and stderr says why.
+    Exit 0 found, 1 nothing found, 2 error (bad id, unknown queue, offset out of range).
+    """
+    from .output import default_format
+
+    chosen = [n for n, v in (("--key", key), ("--uniq-key", uniq_key), ("--msg-id", msg_id), ("--queue", queue),
+                             ("--offset", phys)) if v is not None]
+    if len(chosen) != 1:
+        raise click.UsageError("give exactly one of --key, --uniq-key, --msg-id, --queue, --offset"
+                               + (f" (got {', '.join(chosen)})" if chosen else ""))
+    keyed = chosen[0] in ("--key", "--uniq-key")
+    if not keyed:
+        for name, v in (("--topic", topic), ("--begin", begin), ("--end", end), ("--max", max_num)):
+            if v is not None:
+                raise click.UsageError(f"{name} only applies to --key and --uniq-key")
+        if force_scan or show_collisions:
+            raise click.UsageError("--scan and --show-collisions only apply to --key and --uniq-key")
+    lo, hi = parse_time(begin, "--begin"), parse_time(end, "--end")
+    if lo is not None and hi is not None and lo > hi:
+        raise click.BadParameter("--begin is after --end", param_hint="--begin")
+    fmt = default_format(fmt)
+    body_mode = resolve_body_mode(body_mode, fmt)
+
+    from .. import lookup as lib
+    from ..store import Store
+
+    st = Store.open(store)
+    geo = resolve(st, index_slots, index_entries, broker_config, max_message_size,
+                  ("commitlog", "index") if keyed else ("commitlog",))
+    use_mmap = not no_mmap
+    if keyed:
+        res = _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_mmap, quiet)
+    elif msg_id is not None:
+        res = lib.lookup_msg_id(st, msg_id, use_mmap=use_mmap, geometry=geo)
+    elif queue is not None:
+        res = lib.lookup_queue(st, queue[0], queue[1], queue[2], use_mmap=use_mmap, geometry=geo)
+    else:
+        res = lib.lookup_offset(st, phys, use_mmap=use_mmap, geometry=geo)
+    _print_records(res, fmt, body_mode, decompress, geo)
+    _report(res, keyed, max_num, show_collisions, quiet)
+    if not res.hits:
+        raise SystemExit(1)
+
+
+def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_mmap, quiet):
+    from .output import progress_bar
+
+    cl = st.commitlog
+    total = sum(s.size for s in cl.segments)
+    with progress_bar(total, "scanning", not quiet) as update:
+        kwargs = dict(begin=lo, end=hi, max_num=max_num, force_scan=force_scan, geometry=geo, use_mmap=use_mmap,
+                      progress=lambda off: update(max(0, off - cl.min_offset)))
+        if uniq_key is not None:
+            return lib.lookup_uniq_key(st, uniq_key, topic, **kwargs)
+        return lib.lookup_key(st, topic, key, **kwargs)
+
+
+def _print_records(res, fmt: str, body_mode: str, decompress: bool, geo) -> None:
+    from ..schema import FIELDS, message_to_dict
+    from .output import RecordWriter, iso_ms
+
+    columns = ()
+    if fmt == "table":
+        from .scan import TABLE_COLUMNS as columns
+    writer = RecordWriter(fmt, FIELDS, columns)
+    try:
+        for rec in res.hits:
+            row = message_to_dict(rec, body_mode, decompress, geo.delay_levels_ms)
+            if fmt == "table":
+                row["store_time"] = iso_ms(rec.store_timestamp)
+            writer.write(row)
+    finally:
+        writer.close()
+
+
+def _report(res, keyed: bool, max_num: int | None, show_collisions: bool, quiet: bool) -> None:
+    from .output import diag
+
+    for reason in res.reasons:
+        diag(f"rmqdump: commitlog scan: {reason}", "yellow")
+    for w in res.warnings:
+        diag(f"rmqdump: warning: {w}", "yellow")
+    for off, why in res.unreadable[:MAX_LISTED]:
+        diag(f"rmqdump: warning: the index points at offset {off}, where no valid record starts: {why}", "yellow")
+    if len(res.unreadable) > MAX_LISTED:
+        diag(f"rmqdump: warning: {len(res.unreadable) - MAX_LISTED} more index entries point at no valid record",
+             "yellow")
+    if res.truncated:
+        diag(f"rmqdump: truncated: more than {max_num} records match; raise --max to see them", "bold yellow")
+    if not keyed:
+        return
+    if show_collisions:
+        for c in res.collisions:
+            diag(f"collision: offset {c.offset}: {c.reason}: topic {c.topic!r}, keys {c.keys}, "
+                 f"uniq_key {c.uniq_key}")
+    elif res.collisions and not quiet:
+        c = len(res.collisions)
+        diag(f"{c} hash collision{'' if c == 1 else 's'} skipped (records of other keys or topics in the same index "
+             "chain); --show-collisions lists them")
+    if not quiet:
+        scanned = sum(b - a for a, b in res.scanned)
+        via = {"index": "the index", "scan": "a commitlog scan", "index+scan": "the index and a commitlog scan"}
+        more = " (truncated)" if res.truncated else ""
+        extra = f", {scanned} commitlog bytes walked" if scanned and res.source != "index" else ""
+        topics = f", {res.topics_searched} topics searched" if res.topics_searched > 1 else ""
+        n, c = len(res.hits), len(res.collisions)
+        hint = "; --scan also finds records the broker never indexes (ROLLBACK)" if not n and res.source == "index" \
+            else ""
+        diag(f"{n} record{'' if n == 1 else 's'} found{more} via {via.get(res.source, res.source)}"
+             f"{topics}, {c} collision{'' if c == 1 else 's'}{extra}{hint}")
