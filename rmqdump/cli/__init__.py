@@ -15,6 +15,8 @@ from .. import __version__
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("rmqdump.cli.info", "info", "Summarise a store: segments, queues, index files, checkpoint, lock."),
     "scan": ("rmqdump.cli.scan", "scan", "Walk the commitlog and print its records."),
+    "export": ("rmqdump.cli.export", "export", "Export records to Parquet or JSONL on this machine (pyarrow)."),
+    "spark": ("rmqdump.cli.spark", "spark", "Jobs over many stores on Spark: export, verify, stats, lookup."),
     "lookup": ("rmqdump.cli.lookup", "lookup", "Find messages by key, client id, msg id, queue position or offset."),
     "cq": ("rmqdump.cli.cq", "cq", "Dump consume queues: min/max offsets, gaps, entries."),
     "index": ("rmqdump.cli.index", "index", "Dump index files: headers, slot occupancy, chain lengths, entries."),

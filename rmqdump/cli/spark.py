@@ -1,0 +1,227 @@
+"""`rmqdump spark export|verify|stats|lookup`: jobs over many stores on Spark (pyspark loaded lazily)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from contextlib import contextmanager
+
+import click
+
+from .export import make_filter, read_options, record_filter_options, report_segments
+from .options import access_options, compose, output_options, parse_time
+
+stores_argument = click.argument("stores", nargs=-1, required=True, type=click.Path(exists=True, path_type=str),
+                                 metavar="STORE...")
+
+spark_options = compose(
+    click.option("--master", default=None, metavar="URL",
+                 help="Spark master: local[*] (default), local[N], spark://host:7077, yarn, k8s://... "
+                      "Under spark-submit its --master is used."),
+    click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."),
+)
+
+
+def _parse_conf(items) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--conf")
+        out[k.strip()] = v
+    return out
+
+
+def _session(master, conf, quiet: bool):
+    from .output import diag
+
+    t0 = time.perf_counter()
+    try:
+        from ..spark.session import build_session
+    except ImportError as e:
+        raise click.ClickException(f"pyspark is not installed ({e}); pip install 'rmqdump[spark]'") from None
+    spark = build_session(master, conf=_parse_conf(conf))
+    if not quiet:
+        diag(f"spark {spark.version} session on {spark.sparkContext.master} ready in {time.perf_counter() - t0:.1f} s")
+    return spark
+
+
+@contextmanager
+def _task_progress(description: str, enabled: bool):
+    """A rich bar counting Spark tasks (stderr, terminals only); yields the jobs' progress callback."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .output import stderr_console
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                        TimeElapsedColumn(), console=stderr_console(), transient=True)
+    with progress:
+        task = progress.add_task(description, total=None)
+        yield lambda done, total: progress.update(task, completed=done, total=total)
+
+
+@click.group()
+def spark() -> None:
+    """Jobs over many stores on Apache Spark (pyspark >= 4): export, verify, stats, lookup.
+
+    One Spark task per commitlog segment. --master defaults to local[*]; any master URL
+    works, and the stores (and the export directory) must be readable at the same paths on
+    every executor. Spark's console progress bar and INFO logs are off; rmqdump shows its
+    own progress on a terminal.
+    """
+
+
+@spark.command("export")
+@stores_argument
+@click.option("--out", "out", required=True, type=click.Path(path_type=str),
+              help="Output directory (new or empty); executors must be able to write it.")
+@click.option("--partition-by", default=None, metavar="COLS",
+              help="Hive-style directories by broker,topic,queue_id,date,hour (comma-separated).")
+@click.option("--body", is_flag=True, help="Include message bodies.")
+@click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies (with --body).")
+@click.option("--format", "file_format", type=click.Choice(("parquet", "jsonl")), default="parquet",
+              show_default=True, help="Output file format.")
+@record_filter_options
+@click.option("--crc", type=click.Choice(("check", "flag", "off")), default="check", show_default=True,
+              help="check: a body-CRC mismatch ends the segment like scan; flag: keep going and set crc_ok; off.")
+@click.option("--keep-going", is_flag=True, help="Resynchronise past damaged regions inside a segment.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (rows, files, seconds, rates) on stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress and no summary on stderr.")
+@spark_options
+@access_options
+def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, queue_id, tag, key, since, until,
+               crc, keep_going, as_json, quiet, master, conf, no_mmap, max_message_size):
+    """Export the records of every STORE to Parquet (or JSONL) files under --out, one task per segment.
+
+    Same columns and directory naming as `rmqdump export`; a _SUCCESS file marks a complete
+    export. Exit 1 if a segment stopped at damage.
+    """
+    from ..export import parse_partition_by
+    from .output import diag
+
+    cols = parse_partition_by(partition_by)
+    opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
+                        no_mmap, max_message_size)
+    t0 = time.perf_counter()
+    session = _session(master, conf, quiet)
+    t1 = time.perf_counter()
+    from ..spark import jobs
+
+    with _task_progress("exporting", not quiet) as progress:
+        res = jobs.export(session, list(stores), out, partition_by=cols, fmt=file_format, progress=progress, **opts)
+    dt = time.perf_counter() - t1
+    summary = {"rows": res.rows, "segments": res.segments, "files": len(res.files), "input_bytes": res.input_bytes,
+               "output_bytes": res.output_bytes, "seconds": round(dt, 3), "session_seconds": round(t1 - t0, 3),
+               "rows_per_s": round(res.rows / dt, 1) if dt else None, "master": session.sparkContext.master,
+               "out": out}
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    if not quiet:
+        diag(f"exported {res.rows} records from {res.segments} segment(s) of {len(stores)} store(s) to {out} "
+             f"({len(res.files)} file(s), {res.output_bytes:,} bytes) in {dt:.2f} s")
+    rc = report_segments(res.reports, quiet)
+    if rc:
+        raise SystemExit(rc)
+    return 0
+
+
+STATS_COLUMNS = ("records", "bytes", "body_bytes", "first_offset", "end_offset", "first_store_timestamp",
+                 "last_store_timestamp")
+
+
+@spark.command("stats")
+@stores_argument
+@click.option("--by", default="broker,topic,queue_id,hour", show_default=True, metavar="COLS",
+              help="Group by these of broker,store,topic,queue_id,date,hour (UTC).")
+@click.option("--topic", "-t", multiple=True, help="Only records of this topic (repeatable).")
+@output_options
+@spark_options
+@access_options
+def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_size):
+    """Record counts and bytes of every STORE per broker/topic/queue/hour (or --by)."""
+    from .output import RecordWriter, default_format
+
+    keys = tuple(k.strip() for k in by.split(",") if k.strip())
+    fmt = default_format(fmt)
+    session = _session(master, conf, quiet)
+    from ..spark import jobs
+
+    options = {"topic": ",".join(topic) if topic else None, "useMmap": not no_mmap,
+               "maxRecordSize": max_message_size + 64 * 1024}
+    with _task_progress("counting", not quiet) as progress:
+        rows = jobs.stats(session, list(stores), by=keys, progress=progress, **options)
+    writer = RecordWriter(fmt, (*keys, *STATS_COLUMNS))
+    try:
+        for r in rows:
+            writer.write(r)
+    finally:
+        writer.close()
+    return 0
+
+
+LOOKUP_EXTRA = ("broker", "store", "crc_ok")
+
+
+@spark.command("lookup")
+@stores_argument
+@click.option("--key", "-k", required=True, help="A KEYS element or UNIQ_KEY.")
+@click.option("--topic", "-t", default=None, help="Topic of the key (without it every topic each store names).")
+@click.option("--begin", default=None, help="Store time lower bound (ISO 8601, UTC by default, or epoch ms).")
+@click.option("--end", default=None, help="Store time upper bound (ISO 8601 or epoch ms).")
+@click.option("--max", "max_num", type=click.IntRange(1), default=None, metavar="N", help="At most N hits per store.")
+@click.option("--scan", "force_scan", is_flag=True, help="Walk every commitlog instead of using the indexes.")
+@output_options
+@click.option("--body", "body_mode", type=click.Choice(("none", "text", "hex", "base64")), default=None,
+              help="How to print bodies (default: base64 in jsonl/json/csv, none in table).")
+@click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies before printing.")
+@spark_options
+@access_options
+def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, body_mode, decompress, master, conf,
+               no_mmap, max_message_size):
+    """Find messages by key across every STORE at once (one task per store), like `rmqdump lookup --key`.
+
+    Prints the scan JSONL schema plus broker, store and crc_ok; each store's hits newest
+    first. Exit 0 found, 1 nothing found.
+    """
+    from ..schema import FIELDS, render_body
+    from .options import resolve_body_mode
+    from .output import RecordWriter, default_format, diag, iso_ms
+
+    fmt = default_format(fmt)
+    body_mode = resolve_body_mode(body_mode, fmt)
+    lo, hi = parse_time(begin, "--begin"), parse_time(end, "--end")
+    session = _session(master, conf, quiet)
+    from ..spark import jobs
+
+    with _task_progress("looking up", not quiet) as progress:
+        rep = jobs.lookup(session, list(stores), key, topic=topic, begin=lo, end=hi, max_num=max_num,
+                          force_scan=force_scan, include_body=body_mode != "none", decompress=decompress,
+                          use_mmap=not no_mmap, progress=progress)
+    table = [("broker", "BROKER", 14), ("offset", "OFFSET", 12), ("topic", "TOPIC", 24), ("queue_id", "Q", 3),
+             ("queue_offset", "QOFF", 6), ("store_time", "STORE TIME (UTC)", 29), ("keys", "KEYS", 24),
+             ("body", "BODY", 30)]
+    writer = RecordWriter(fmt, (*FIELDS, *LOOKUP_EXTRA), table)
+    try:
+        for row in rep.rows:
+            out = {k: row[k] for k in (*FIELDS, *LOOKUP_EXTRA)}
+            out["properties"] = dict(row["properties"] or [])
+            out["body"] = render_body(row["body"], body_mode)
+            if fmt == "table":
+                out["store_time"] = iso_ms(row["store_timestamp"])
+            writer.write(out)
+    finally:
+        writer.close()
+    if not quiet:
+        for s in rep.stores:
+            diag(f"{s['broker']}: {s['hits']} hit(s) via {s['source']}"
+                 + (f", {s['collisions']} hash collision(s)" if s["collisions"] else "")
+                 + (" (more exist: --max)" if s["truncated"] else ""))
+            for line in s["reasons"] + s["warnings"]:
+                diag(f"{s['broker']}: {line}", "yellow")
+    if not rep.rows:
+        raise SystemExit(1)
+    return 0

@@ -1,0 +1,21 @@
+"""rmqdump on Spark: the ``rocketmq`` / ``rocketmq_cq`` / ``rocketmq_index`` data sources, a quiet
+session builder and the export/verify/stats/lookup jobs. The only package that imports pyspark.
+
+    from rmqdump.spark import build_session
+    spark = build_session("local[*]")
+    df = spark.read.format("rocketmq").option("includeBody", "true").load(["/data/a/store", "/data/b/store"])
+"""
+
+from __future__ import annotations
+
+__all__ = ["build_session", "register_data_sources"]
+
+
+def __getattr__(name: str):
+    if name == "build_session":
+        from .session import build_session
+        return build_session
+    if name == "register_data_sources":
+        from .datasource import register_data_sources
+        return register_data_sources
+    raise AttributeError(name)

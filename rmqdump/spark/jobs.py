@@ -1,0 +1,319 @@
+"""Spark jobs over many stores: export, verify, stats, lookup. Each takes a SparkSession.
+
+The unit of parallel work is a commitlog segment (:class:`rmqdump.arrow.SegmentSplit`):
+export and the record checks of verify run one task per segment; lookup runs one task per
+store (the index answers most of it); stats and the ConsumeQueue join are DataFrame queries
+over the ``rocketmq`` / ``rocketmq_cq`` data sources.
+
+Errors raised by the library on executors (:class:`~rmqdump.errors.RmqdumpError`) come back
+as RmqdumpError on the driver, not as Java stack traces.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import arrow as rarrow
+from ..errors import RmqdumpError, StoreError
+from ..export import (
+    DatasetWriter,
+    ExportResult,
+    parse_partition_by,
+    prepare_output,
+    write_splits,
+)
+
+Progress = Callable[[int, int], None]
+
+STATS_KEYS = ("broker", "topic", "queue_id", "hour")
+STATS_KEY_CHOICES = ("broker", "store", "topic", "queue_id", "date", "hour")
+
+
+# --- plumbing ---------------------------------------------------------------------------------
+
+_REMOTE_ERROR = re.compile(r"rmqdump\.errors\.(\w+Error): (.*)")
+
+
+def _remote_error(e: BaseException) -> RmqdumpError | None:
+    """The RmqdumpError an executor raised, from the text of a Spark task failure."""
+    text = str(e)
+    found = _REMOTE_ERROR.findall(text)
+    if not found:
+        return None
+    from .. import errors
+
+    name, message = found[-1]
+    cls = getattr(errors, name, RmqdumpError)
+    if not (isinstance(cls, type) and issubclass(cls, RmqdumpError)):
+        cls = RmqdumpError
+    return cls(message.strip())
+
+
+@contextmanager
+def spark_errors():
+    """Re-raise executor-side RmqdumpErrors as such (one line for the CLI)."""
+    try:
+        yield
+    except RmqdumpError:
+        raise
+    except Exception as e:
+        err = _remote_error(e)
+        if err is None:
+            raise
+        raise err from None
+
+
+@contextmanager
+def track(spark, description: str, progress: Progress | None, interval: float = 0.5):
+    """Run the enclosed Spark actions in a job group; report (completed tasks, total tasks) to ``progress``."""
+    sc = spark.sparkContext
+    group = f"rmqdump-{uuid.uuid4().hex[:12]}"
+    sc.setJobGroup(group, description)
+    stop = threading.Event()
+
+    def poll() -> None:
+        tracker = sc.statusTracker()
+        while not stop.wait(interval):
+            try:
+                done = total = 0
+                for jid in tracker.getJobIdsForGroup(group):
+                    info = tracker.getJobInfo(jid)
+                    for sid in (info.stageIds if info else ()):
+                        st = tracker.getStageInfo(sid)
+                        if st is not None:
+                            done += st.numCompletedTasks
+                            total += st.numTasks
+                if total:
+                    progress(done, total)
+            except Exception:  # the session is going away: stop reporting
+                return
+
+    thread = threading.Thread(target=poll, name="rmqdump-progress", daemon=True) if progress else None
+    if thread is not None:
+        thread.start()
+    try:
+        with spark_errors():
+            yield
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(timeout=5)
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+
+
+def _as_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [os.fspath(paths)]
+    out = [os.fspath(p) for p in paths]
+    if not out:
+        raise RmqdumpError("no store given")
+    return out
+
+
+def _parallelize(spark, items: list, slices: int | None = None):
+    return spark.sparkContext.parallelize(items, max(1, slices or len(items)))
+
+
+def records(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], **options):
+    """``spark.read.format("rocketmq")`` with options given as keywords (``includeBody=True`` ...)."""
+    reader = spark.read.format("rocketmq")
+    for k, v in options.items():
+        if v is not None:
+            reader = reader.option(k, str(v).lower() if isinstance(v, bool) else str(v))
+    return reader.load(_as_list(paths))
+
+
+# --- export -------------------------------------------------------------------------------------
+
+
+def _export_task(out: str, fmt: str, partition_by: tuple[str, ...], compression: str, read_options: dict,
+                 splits: Iterator[rarrow.SegmentSplit]) -> Iterator[tuple]:
+    """Executor side: write each split's rows under ``out``; yield (index, rows, reports, files) or an error."""
+    ext = "parquet" if fmt == "parquet" else "jsonl"
+    for split in splits:
+        prefix = f"part-{split.index:05d}"
+        if partition_by:
+            writer = DatasetWriter(out, fmt, partition_by, prefix=prefix, compression=compression)
+        else:
+            writer = DatasetWriter(Path(out) / f"{prefix}-{split.name}.{ext}", fmt, compression=compression,
+                                   write_empty=False)
+        result = ExportResult()
+        try:
+            write_splits([split], writer, result, **read_options)
+            files = writer.close()
+        except RmqdumpError as e:
+            writer.abort()
+            yield ("error", split.index, f"{split.path}: {e}")
+            continue
+        yield ("ok", split.index, result.rows, result.reports, files)
+
+
+def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
+           partition_by: str | Sequence[str] = (), fmt: str = "parquet", compression: str = "zstd",
+           batch_size: int = rarrow.DEFAULT_BATCH_SIZE, progress: Progress | None = None,
+           **read_options) -> ExportResult:
+    """Export every segment of every store to ``out`` (a new or empty directory), one task per segment.
+
+    Output: ``part-<split>-<segment>.parquet`` files, or with ``partition_by`` the same Hive
+    layout as :func:`rmqdump.export.export` (safe directory names), ``_SUCCESS`` at the end.
+    ``read_options``: those of :func:`rmqdump.arrow.read_split` (``include_body``,
+    ``decompress``, ``flt``, ``crc``, ``keep_going``, ``use_mmap``, ``max_record_size``).
+    Executors must see the stores and ``out`` at the same paths (local disk, NFS, ...).
+    """
+    cols = parse_partition_by(partition_by)
+    stores = _as_list(paths)
+    splits = rarrow.segment_splits(stores)
+    target = prepare_output(out, partitioned=True)
+    task = functools.partial(_export_task, str(target.resolve()), fmt, cols, compression,
+                             {"batch_size": batch_size, **read_options})
+    result = ExportResult()
+    if splits:
+        with track(spark, f"rmqdump export of {len(stores)} store(s)", progress):
+            outcomes = _parallelize(spark, splits).mapPartitions(task).collect()
+        errors = [o for o in outcomes if o[0] == "error"]
+        if errors:
+            raise RmqdumpError(f"export failed for {len(errors)} segment(s); first: {errors[0][2]}")
+        for _, _index, rows, reports, files in sorted(outcomes, key=lambda o: o[1]):
+            result.rows += rows
+            result.reports.extend(reports)
+            result.files.extend(files)
+    result.segments = len(splits)
+    result.input_bytes = sum(s.size for s in splits)
+    _remove_leftovers(target)
+    (target / "_SUCCESS").touch()
+    return result
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Delete hidden in-progress files of failed task attempts."""
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.startswith(".") and name.endswith(".inprogress"):
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                except OSError:
+                    pass
+
+
+def export_throughput(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
+                      **options) -> dict:
+    """Run :func:`export` on this session and time it (for bench/): rows, bytes, seconds, rows/s, MB/s."""
+    t0 = time.perf_counter()
+    res = export(spark, paths, out, **options)
+    dt = time.perf_counter() - t0
+    return {"engine": f"spark {spark.sparkContext.master}", "rows": res.rows, "input_bytes": res.input_bytes,
+            "output_bytes": res.output_bytes, "seconds": dt, "rows_per_s": res.rows / dt if dt else 0.0,
+            "mb_per_s": res.input_bytes / dt / 1e6 if dt else 0.0}
+
+
+# --- stats --------------------------------------------------------------------------------------
+
+
+def stats_frame(spark, paths: str | os.PathLike | Sequence[str | os.PathLike],
+                by: Sequence[str] = STATS_KEYS, **options):
+    """A DataFrame of record counts and bytes grouped by ``by`` (broker, store, topic, queue_id, date, hour)."""
+    from pyspark.sql import functions as F
+
+    keys = tuple(by)
+    for k in keys:
+        if k not in STATS_KEY_CHOICES:
+            raise RmqdumpError(f"cannot group stats by {k!r} (choose from {', '.join(STATS_KEY_CHOICES)})")
+    df = records(spark, paths, **options)
+    if "hour" in keys:
+        df = df.withColumn("hour", F.date_format(F.date_trunc("hour", "store_time"), "yyyy-MM-dd'T'HH:00:00'Z'"))
+    if "date" in keys:
+        df = df.withColumn("date", F.date_format("store_time", "yyyy-MM-dd"))
+    agg = df.groupBy(*keys).agg(
+        F.count(F.lit(1)).alias("records"),
+        F.sum("size").alias("bytes"),
+        F.sum(F.greatest(F.col("body_length"), F.lit(0))).alias("body_bytes"),
+        F.min("offset").alias("first_offset"),
+        F.max(F.col("offset") + F.col("size")).alias("end_offset"),
+        F.min("store_timestamp").alias("first_store_timestamp"),
+        F.max("store_timestamp").alias("last_store_timestamp"),
+    )
+    return agg.orderBy(*[F.col(k).asc_nulls_first() for k in keys]) if keys else agg
+
+
+def stats(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], by: Sequence[str] = STATS_KEYS,
+          progress: Progress | None = None, **options) -> list[dict]:
+    """Counts and bytes per ``by`` group (default broker/topic/queue/hour, hours in UTC) as dicts."""
+    with track(spark, "rmqdump stats", progress):
+        rows = stats_frame(spark, paths, by, **options).collect()
+    return [r.asDict() for r in rows]
+
+
+# --- lookup -------------------------------------------------------------------------------------
+
+
+@dataclass
+class LookupReport:
+    """Hits of all stores (record schema rows, each store's hits newest first) and per-store notes."""
+
+    rows: list[dict] = field(default_factory=list)
+    stores: list[dict] = field(default_factory=list)
+
+
+def _lookup_task(key: str, topic: str | None, begin: int | None, end: int | None, max_num: int | None,
+                 force_scan: bool, include_body: bool, decompress: bool, use_mmap: bool,
+                 stores: Iterator[tuple[int, str]]) -> Iterator[tuple]:
+    """Executor side: :func:`rmqdump.lookup.lookup_key` on each store; rows as Arrow-schema dicts."""
+    from ..lookup import lookup_key
+    from ..store import Store
+
+    for idx, path in stores:
+        try:
+            st = Store.open(path)
+            res = lookup_key(st, topic, key, begin, end, max_num, force_scan=force_scan, use_mmap=use_mmap)
+            cl = st.commitlog
+
+            def seg_of(m, cl=cl) -> str:
+                seg = cl.segment_for(m.offset)
+                return str(seg.path) if seg is not None else m.file
+
+            batch = rarrow.messages_batch(res.hits, broker=rarrow.broker_name(path), store=path, segment_of=seg_of,
+                                          include_body=include_body, decompress=decompress)
+            info = {"store": path, "broker": rarrow.broker_name(path), "hits": len(res.hits), "source": res.source,
+                    "collisions": len(res.collisions), "truncated": res.truncated, "reasons": res.reasons,
+                    "warnings": res.warnings, "unreadable": [list(u) for u in res.unreadable]}
+            yield ("ok", idx, batch.to_pylist(), info)
+        except RmqdumpError as e:
+            yield ("error", idx, f"{path}: {e}", None)
+
+
+def lookup(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], key: str, *, topic: str | None = None,
+           begin: int | None = None, end: int | None = None, max_num: int | None = None, force_scan: bool = False,
+           include_body: bool = False, decompress: bool = False, use_mmap: bool = True,
+           progress: Progress | None = None) -> LookupReport:
+    """Messages whose KEYS element or UNIQ_KEY is ``key`` (in ``topic``) across many stores, one task per store.
+
+    Each store is searched like ``rmqdump lookup --key`` (index first, the uncovered commitlog
+    walked, every hit confirmed); ``force_scan`` walks every commitlog instead.
+    """
+    if not key:
+        raise RmqdumpError("empty key")
+    stores = _as_list(paths)
+    for p in stores:
+        if not os.path.exists(p):
+            raise StoreError("no such file or directory", p)
+    task = functools.partial(_lookup_task, key, topic, begin, end, max_num, force_scan, include_body, decompress,
+                             use_mmap)
+    with track(spark, f"rmqdump lookup in {len(stores)} store(s)", progress):
+        outcomes = _parallelize(spark, list(enumerate(stores))).mapPartitions(task).collect()
+    report = LookupReport()
+    for o in sorted(outcomes, key=lambda o: o[1]):
+        if o[0] == "error":
+            raise RmqdumpError(f"lookup failed: {o[2]}")
+        report.rows.extend(o[2])
+        report.stores.append(o[3])
+    return report

@@ -1,0 +1,163 @@
+"""Single-machine export (rmqdump.arrow + rmqdump.export + `rmqdump export`), no Spark."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from conftest import REAL, real_store
+from rmqdump.arrow import RECORD_SCHEMA, SegmentReport, record_batches
+from rmqdump.cli import cli
+from rmqdump.encoder import choose_magic, encode_fields, properties_bytes
+from rmqdump.export import NAME_MAX, export, partition_dir_name
+from rmqdump.schema import FIELDS
+
+
+def scan_rows(path: Path, *extra: str) -> list[dict]:
+    """`rmqdump scan --format jsonl` output (bodies base64)."""
+    res = CliRunner().invoke(cli, ["scan", str(path), "-f", "jsonl", "-q", *extra])
+    assert res.exit_code in (0, 1), res.output
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def as_scan(row: dict) -> dict:
+    """An exported row reduced to the scan JSONL fields, rendered like scan renders them."""
+    out = {k: row[k] for k in FIELDS}
+    if isinstance(out["properties"], list):  # Arrow map -> list of pairs
+        out["properties"] = dict(out["properties"])
+    if isinstance(out["body"], bytes):
+        out["body"] = base64.b64encode(out["body"]).decode("ascii")
+    return out
+
+
+@pytest.mark.parametrize("name", ["clean", "crash_kill9"])
+def test_parquet_export_equals_scan(tmp_path, name):
+    store = real_store(name)
+    res = export(store, tmp_path / "out.parquet", include_body=True)
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.schema.equals(RECORD_SCHEMA)
+    rows = table.to_pylist()
+    expected = scan_rows(store)
+    assert len(rows) == res.rows == len(expected) > 200
+    assert [as_scan(r) for r in rows] == expected
+    assert {r["broker"] for r in rows} == {name}
+    assert all(r["segment"].endswith(r["file"]) and os.path.isfile(r["segment"]) for r in rows)
+    assert all(r["crc_ok"] for r in rows if r["body_length"] > 0)
+    assert all(r["store_time"].timestamp() * 1000 == r["store_timestamp"] for r in rows)
+
+
+def test_export_cli_jsonl_same_columns(tmp_path):
+    store = real_store("clean")
+    out = tmp_path / "clean.jsonl"
+    res = CliRunner().invoke(cli, ["export", str(store), "--to", str(out), "--body", "-q"])
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [list(r) for r in lines[:1]] == [list(RECORD_SCHEMA.names)]
+    assert [{k: r[k] for k in FIELDS} for r in lines] == scan_rows(store)
+    assert lines[0]["store_time"].startswith("2026-11-21T")
+
+
+def test_damaged_store_each_segment_to_its_own_end(tmp_path):
+    """corrupt_crc: the first segment stops at the flipped body (like scan), the second is still read."""
+    store = real_store("corrupt_crc")
+    meta = json.loads((REAL / "corrupt_crc.json").read_text())
+    bad = meta["corrupted_record_commitLogOffset"]
+    reports: list[SegmentReport] = []
+    rows = pa.Table.from_batches(list(record_batches(store, include_body=True, on_segment=reports.append)),
+                                 schema=RECORD_SCHEMA).to_pylist()
+    scan = scan_rows(store)  # scan stops at the damage
+    assert [as_scan(r) for r in rows if r["offset"] < bad] == scan
+    assert scan[-1]["offset"] + scan[-1]["size"] == bad
+    assert [(r.stop_kind, r.stop_offset) for r in reports] == [("body_crc", bad), ("end_of_data", 397358)]
+    assert min(r["offset"] for r in rows if r["offset"] > bad) == 262144
+    # --crc flag keeps walking and marks the damaged record
+    flagged = pa.Table.from_batches(list(record_batches(store, crc="flag")), schema=RECORD_SCHEMA).to_pylist()
+    assert [r["offset"] for r in flagged if r["crc_ok"] is False] == [bad]
+    assert len(flagged) == len(scan_rows(real_store("clean")))
+    # the CLI says so and exits 1
+    res = CliRunner().invoke(cli, ["export", str(store), "--to", str(tmp_path / "x.parquet")])
+    assert res.exit_code == 1
+    assert f"stopped at damage at offset {bad}: body_crc" in res.stderr
+
+
+HOSTILE = ["../../escape", "/abs/olute", "a\0b", "..", ".", "x" * 300, "\u00e9" * 200, "%RETRY%g",
+           "a/../../b", "topic=evil", "~tilde", "\\back", "", "x" * 299 + "y", "\u00e9" * 127 + "a"]
+
+
+def test_partition_dir_names_are_safe_and_distinct():
+    names = [partition_dir_name("topic", v) for v in HOSTILE]
+    assert len(set(names)) == len(HOSTILE)
+    for v, n in zip(HOSTILE, names, strict=True):
+        assert n.startswith("topic=") and "/" not in n and "\0" not in n
+        assert len(n.encode("utf-8")) <= NAME_MAX
+        if len(n.encode("utf-8")) < NAME_MAX - 20 and v:
+            assert unquote(n[len("topic="):]) == v  # Spark/pyarrow decode it back
+    assert partition_dir_name("topic", None) == partition_dir_name("topic", "") == "topic=__HIVE_DEFAULT_PARTITION__"
+    with pytest.raises(ValueError):
+        partition_dir_name("../x", "a")
+
+
+def _write_store(root: Path, topics: list[str]) -> Path:
+    """A one-segment store holding one record per topic (V2 magic for long topics)."""
+    cl = root / "commitlog"
+    cl.mkdir(parents=True)
+    data = bytearray()
+    for i, t in enumerate(topics):
+        raw = t.encode("utf-8")
+        data += encode_fields(topic=raw, body=f"body {i}".encode(), properties=properties_bytes({"KEYS": f"k{i}"}),
+                              queue_offset=i, physical_offset=len(data), store_timestamp=1_700_000_000_000 + i,
+                              magic=choose_magic(t))
+    (cl / "00000000000000000000").write_bytes(bytes(data) + bytes(65536 - len(data)))
+    return root
+
+
+def test_partitioned_export_never_escapes(tmp_path):
+    topics = [t for t in HOSTILE if t]
+    store = _write_store(tmp_path / "store", topics)
+    out = tmp_path / "deep" / "out"
+    res = export(store, out, partition_by="topic,date", include_body=True)
+    assert res.rows == len(topics)
+    files = [Path(dp) / f for dp, _, fs in os.walk(tmp_path) for f in fs]
+    written = [f for f in files if f.suffix == ".parquet"]
+    assert len(written) == len(topics)
+    for f in written:
+        assert f.resolve().is_relative_to(out.resolve())
+        assert len(f.parent.parent.name.encode()) <= NAME_MAX
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "store"]
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["out"]
+    # the files keep the exact topics; pyarrow's hive discovery decodes the short directory names back
+    exact = ds.dataset([str(f) for f in written], format="parquet").to_table().column("topic").to_pylist()
+    assert sorted(exact) == sorted(topics)
+    hive = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    dirs = {(r["offset"], r["topic"]) for r in hive.select(["offset", "topic"]).to_pylist()}
+    short = {t for t in topics if len(partition_dir_name("topic", t).encode()) < NAME_MAX - 20}
+    assert short <= {t for _, t in dirs}
+    assert (out / "_SUCCESS").exists()
+
+
+def test_output_checks(tmp_path):
+    store = real_store("clean")
+    out = tmp_path / "a.parquet"
+    export(store, out)
+    from rmqdump.errors import RmqdumpError
+
+    with pytest.raises(RmqdumpError, match="exists"):
+        export(store, out)
+    assert export(store, out, overwrite=True, flt=None).rows > 0
+    with pytest.raises(RmqdumpError, match="format"):
+        export(store, tmp_path / "a.csv")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("keep")
+    with pytest.raises(RmqdumpError, match="not empty"):
+        export(store, tmp_path / "full", partition_by="topic")
+    assert (tmp_path / "full" / "x").read_text() == "keep"
+    assert not [p for p in tmp_path.rglob("*.inprogress")]
