@@ -539,7 +539,15 @@ def lookup_msg_id(store: Store | str | os.PathLike, msg_id: str, *, use_mmap: bo
 
     mid = decode_offset_msg_id(msg_id)  # FormatError when malformed
     st = _open_store(store)
-    res = _direct(st, mid.offset, f"msg id {msg_id.strip()}", use_mmap, geometry, "msg-id")
+    try:
+        res = _direct(st, mid.offset, f"msg id {msg_id.strip()}", use_mmap, geometry, "msg-id")
+    except NotFoundError as exc:
+        first = read_message(st.commitlog, st.commitlog.min_offset, use_mmap=use_mmap)
+        if isinstance(first, Message) and (first.store_addr, first.store_port) != (mid.address, mid.port):
+            raise NotFoundError(f"{exc.message} (the id names store host {mid.host}; this store's records were "
+                                f"stored by {first.store_host}: probably another broker's id)", exc.file,
+                                exc.offset) from None
+        raise
     rec = res.hits[0]
     if (rec.store_addr, rec.store_port) != (mid.address, mid.port):
         res.warnings.append(f"msg id names store host {mid.host} but the record at offset {mid.offset} was stored "
@@ -555,7 +563,7 @@ def lookup_queue(store: Store | str | os.PathLike, topic: str, queue_id: int, qu
         raise NotFoundError("--queue needs a store root (only commitlog files were given)")
     geo = geometry or resolve_geometry(st.root, commitlog_file_size=st.commitlog.file_size, parts=())
     from .consumequeue import BatchConsumeQueue, ConsumeQueue
-    from .format import STORE_BATCH_CONSUMEQUEUE_DIR, STORE_CONSUMEQUEUE_DIR
+    from .format import CQ_STORE_UNIT_SIZE, STORE_BATCH_CONSUMEQUEUE_DIR, STORE_CONSUMEQUEUE_DIR
     from .paths import is_safe_component
 
     if not is_safe_component(topic):
@@ -569,8 +577,15 @@ def lookup_queue(store: Store | str | os.PathLike, topic: str, queue_id: int, qu
     else:
         cq_size = geo.cq_file_size if geo.sources.get("consumequeue") in ("broker.conf", "option") else None
         q = ConsumeQueue.open(st.root, topic, queue_id, file_size=cq_size)
-        entry = q.entry_at(queue_offset)
-        if not entry.is_valid or entry.is_pre_blank:
+        try:  # O(1): the broker's max offset (a scan of the last files) is only computed for errors
+            entry = q.entry_at(queue_offset, check_max=False)
+        except NotFoundError:
+            entry = None
+        if entry is None or not entry.is_valid or entry.is_pre_blank:
+            first = q.files[0].start // CQ_STORE_UNIT_SIZE if q.files else 0
+            if entry is None or queue_offset >= q.max_offset:
+                raise NotFoundError(f"queue offset {queue_offset} is outside "
+                                    f"[{first}, {q.max_offset})", q.path)
             kind = "a pre-blank placeholder" if entry.is_pre_blank else "invalid"
             raise NotFoundError(f"{topic}/{queue_id} queue offset {queue_offset}: entry is {kind} "
                                 f"(offset {entry.commit_log_offset}, size {entry.size})", q.path)

@@ -195,6 +195,9 @@ def test_msg_id_of_another_broker_warns():
     r = run("lookup", store, "--msg-id", "0A00000500002A9F0000000000000000", "-f", "jsonl")  # 10.0.0.5
     assert r.exit_code == 0 and offsets(r) == [0]
     assert "names store host 10.0.0.5:10911 but the record at offset 0 was stored by 127.0.0.1:10911" in r.stderr
+    r = run("lookup", store, "--msg-id", "0A00000500002A9F00000000FFFFFFFF")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "outside the commitlog" in r.stderr and "probably another broker's id" in r.stderr
 
 
 def test_index_entry_pointing_at_a_torn_record(store_copy):
