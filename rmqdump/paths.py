@@ -79,12 +79,9 @@ def safe_child(base: str | os.PathLike, name: str, *, allow_symlink: bool = Fals
 
 
 def _escape_char(ch: str) -> str:
-    if "\ud800" <= ch <= "\udfff":  # lone surrogate (e.g. an undecodable byte from a file name)
-        data = ch.encode("utf-8", "surrogateescape") if "\udc80" <= ch <= "\udcff" else \
-            ch.encode("utf-8", "surrogatepass")
-    else:
-        data = ch.encode("utf-8")
-    return "".join(f"%{b:02X}" for b in data)
+    if "\ud800" <= ch <= "\udfff":  # lone surrogate (e.g. an undecodable byte of a file name)
+        return f"%u{ord(ch):04X}"
+    return "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
 
 
 def _needs_escape(ch: str) -> bool:
@@ -96,8 +93,8 @@ def _needs_escape(ch: str) -> bool:
 def encode_component(name: str) -> str:
     """An always-safe, injective directory name for any string (export partitions).
 
-    Percent-encodes ``%``, ``/``, ``\\``, ``~``, NUL, C0/C1 control characters, bidi
-    controls and lone surrogates (as their UTF-8 / surrogate-escaped bytes); spells the dot
+    Percent-encodes ``%``, ``/``, ``\\``, ``~``, NUL, C0/C1 control characters and bidi
+    controls (``%XX`` per UTF-8 byte) and lone surrogates (``%uXXXX``); spells the dot
     entries out (``%2E``); the empty name becomes ``~``. Names whose encoding passes
     :data:`ENCODED_MAX` bytes are cut at a character boundary and suffixed with ``~`` and
     16 hex digits of the SHA-256 of the name. The result is never empty, ``.`` or ``..``,
@@ -129,20 +126,24 @@ def decode_component(encoded: str) -> str | None:
         return ""
     if "~" in encoded:
         return None
-    raw = bytearray()
+    out: list[str] = []
+    pending = bytearray()
     i = 0
     while i < len(encoded):
         c = encoded[i]
-        if c == "%" and _is_hex(encoded[i + 1:i + 3]):
-            raw.append(int(encoded[i + 1:i + 3], 16))
+        if c == "%" and encoded[i + 1:i + 2] == "u" and _is_hex(encoded[i + 2:i + 4]) and _is_hex(encoded[i + 4:i + 6]):
+            out.append(pending.decode("utf-8", "replace"))
+            pending.clear()
+            out.append(chr(int(encoded[i + 2:i + 6], 16)))
+            i += 6
+        elif c == "%" and _is_hex(encoded[i + 1:i + 3]):
+            pending.append(int(encoded[i + 1:i + 3], 16))
             i += 3
         else:
-            raw += c.encode("utf-8")
+            pending += c.encode("utf-8")
             i += 1
-    try:
-        return raw.decode("utf-8", "surrogatepass")
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "surrogateescape")
+    out.append(pending.decode("utf-8", "replace"))
+    return "".join(out)
 
 
 def _is_hex(s: str) -> bool:

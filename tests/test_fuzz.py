@@ -1,0 +1,85 @@
+"""The atheris harness (fuzz/fuzz_store.py): every crash ever found is replayed; CI fuzzes for a bounded time.
+
+``RMQDUMP_FUZZ_SECONDS`` sets the CI run (default 60; 0 skips it). New crashes land in
+``fuzz/crashes/`` and fail the test with their reproducer; each fixed one is kept under
+``fixtures/bugs/fuzz/`` and replayed by :func:`test_known_crashes_replay_cleanly`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+HARNESS = REPO / "fuzz" / "fuzz_store.py"
+CRASHES = REPO / "fuzz" / "crashes"
+KNOWN = REPO / "fixtures" / "bugs" / "fuzz"
+
+
+def _harness():
+    spec = importlib.util.spec_from_file_location("fuzz_store", HARNESS)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_seed_corpus_runs_cleanly(tmp_path):
+    """Every seed (real stores + fixtures) goes through every target without an escape."""
+    fz = _harness()
+    n = fz.make_seeds(tmp_path / "seeds")
+    assert n > 100
+    assert fz.replay(sorted(map(str, (tmp_path / "seeds").iterdir()))) == n
+
+
+def test_known_crashes_replay_cleanly():
+    """Each input the fuzzer ever crashed on is a fixture and must now pass."""
+    files = sorted(p for p in KNOWN.iterdir() if p.is_file() and not p.name.endswith(".md")) if KNOWN.is_dir() else []
+    if not files:
+        pytest.skip("no recorded fuzz crashes")
+    _harness().replay([str(p) for p in files])
+
+
+def test_harness_rejects_a_foreign_exception():
+    """The harness is not vacuous: an exception other than RmqdumpError escapes TestOneInput."""
+    fz = _harness()
+    original = fz.TARGETS[fz.TARGET_IDS["props"]]
+
+    def boom(data: bytes) -> None:
+        raise ValueError("not an RmqdumpError")
+
+    fz.TARGETS[fz.TARGET_IDS["props"]] = boom
+    try:
+        with pytest.raises(ValueError):
+            fz.TestOneInput(bytes([fz.TARGET_IDS["props"]]) + b"x")
+    finally:
+        fz.TARGETS[fz.TARGET_IDS["props"]] = original
+
+
+def test_fuzz_for_a_bounded_time(tmp_path):
+    """libFuzzer for RMQDUMP_FUZZ_SECONDS (60) seconds from the seed corpus: no finding."""
+    seconds = int(os.environ.get("RMQDUMP_FUZZ_SECONDS", "60"))
+    if seconds <= 0:
+        pytest.skip("RMQDUMP_FUZZ_SECONDS=0")
+    if importlib.util.find_spec("atheris") is None:
+        pytest.skip("atheris is not installed (dev extra)")
+    seeds, corpus = tmp_path / "seeds", tmp_path / "corpus"
+    corpus.mkdir()
+    CRASHES.mkdir(exist_ok=True)
+    before = set(CRASHES.iterdir())
+    subprocess.run([sys.executable, str(HARNESS), "--make-seeds", str(seeds)], check=True, cwd=REPO,
+                   capture_output=True)
+    cmd = [sys.executable, str(HARNESS), f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=2048",
+           "-max_len=8192", "-print_final_stats=1", f"-artifact_prefix={CRASHES}/", str(corpus), str(seeds)]
+    p = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=seconds + 300)
+    new = sorted(set(CRASHES.iterdir()) - before)
+    tail = "\n".join(p.stderr.splitlines()[-40:])
+    stats = [line for line in p.stderr.splitlines() if line.startswith("stat::") or " DONE " in line]
+    print("\n".join(stats))
+    if new or p.returncode != 0:
+        repro = "\n".join(f"  python fuzz/fuzz_store.py --replay {c.relative_to(REPO)}" for c in new)
+        pytest.fail(f"fuzzer finding (exit {p.returncode}); reproduce with:\n{repro}\n{tail}")

@@ -1,0 +1,235 @@
+"""No terminal-escape injection: data shown by any command never reaches the terminal raw.
+
+A store is built whose topics, bodies, tags, keys, user properties, consumer-group names
+and config carry ESC sequences (SGR, clear screen), OSC 8 hyperlinks, OSC 52 clipboard
+writes, BEL, CR, LF, C1 CSI, bidi overrides and rich markup. Every command that renders
+data as a table runs over it (a) piped, where no C0/C1/bidi control may appear at all
+(rich emits no styling there), and (b) on a pseudo-terminal, where none of the injected
+sequences may appear. A newline inside a value must not start a new output row.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from secutil import RMQDUMP, build_store, props, run_cli
+
+from rmqdump.cli import COMMANDS
+from rmqdump.writer import MessageSpec, StoreWriter
+
+SGR = "\x1b[5;35m"  # blink magenta: never emitted by rich itself
+CLEAR = "\x1b[2J"
+OSC8 = "\x1b]8;;http://evil.example/\x07"
+OSC52 = "\x1b]52;c;ZXZpbA==\x07"
+BEL = "\x07"
+RLO = "\u202e"
+C1CSI = "\x9b2J"
+MARKUP = "[link=http://evil.example/]M[/link]"
+
+#: raw characters that must never reach a pipe (tab and newline are allowed as layout)
+FORBIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: injected sequences that must never reach a terminal
+INJECTED = [SGR, CLEAR, "\x1b]", BEL, "\x9b", RLO, "\u2066", "\u2067"]
+
+
+def _build(root: Path) -> None:
+    w = StoreWriter(root, commitlog_file_size=4096, cq_file_size=600, index_slots=16, index_entries=64,
+                    clock=lambda: 1795297000000)
+    specs = [
+        MessageSpec(topic=f"T{SGR}x", body=f"B{SGR}body{BEL}\rCRSPOOF".encode(), tags=f"g{SGR}t",
+                    keys=[f"k{CLEAR}1", "kk"]),
+        MessageSpec(topic="TopicOK", body=f"{OSC8}click{OSC8}".encode(), tags=f"{RLO}gat", keys=[f"{OSC8}k"],
+                    properties={"p": f"v{C1CSI}{BEL}", f"n{SGR}": "x"}),
+        MessageSpec(topic=f"Bidi{RLO}cod", body=b"line1\nSPOOF body", tags="t\nSPOOF tag", keys=["k2\nSPOOFkey"]),
+        MessageSpec(topic=MARKUP, body=b"[/x] [bold]b", tags="[/x]", keys=["[/y]"], transaction=4),
+        MessageSpec(topic="TopicOK", body=OSC52.encode(), keys=["k3"], tags="ok", uniq_key=f"U{SGR}1"),
+    ]
+    for s in specs:
+        w.append(s)
+    w.sync()
+    w.close()
+    cfg = root / "config"
+    cfg.mkdir(exist_ok=True)
+    (cfg / "consumerOffset.json").write_text(
+        '{"offsetTable":{"T\\u001b[5;35mx@g\\u001b[2Jgrp":{0:0},"TopicOK@c\\u0007g\\nSPOOF":{0:1}}}')
+    (cfg / "delayOffset.json").write_text('{"offsetTable":{1:1}}')
+    (cfg / "topics.json").write_text(
+        '{"topicConfigTable":{"T\\u001b[5;35mx":{"topicName":"T\\u001b[5;35mx","readQueueNums":1,'
+        '"writeQueueNums":1,"perm":6}}}')
+
+
+BUGS = Path(__file__).resolve().parents[1] / "fixtures" / "bugs"
+
+
+def _fixture_copy(tmp_path_factory, name: str) -> Path:
+    """A writable copy of ``fixtures/bugs/<name>/store`` (made by :func:`_build` / :func:`_build_markup`)."""
+    src = BUGS / name / "store"
+    if not src.is_dir():
+        pytest.skip(f"{src} missing")
+    dst = tmp_path_factory.mktemp(name) / "store"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _build_markup(root: Path) -> None:
+    """The walk of info/verify/pending/... stops at a record whose DELAY value is rich markup."""
+    build_store(root, [(b"TopicOK", b"x", props(KEYS="k1")),
+                       (b"SCHEDULE_TOPIC_XXXX", b"y", props(DELAY=f"[/x]{MARKUP}{SGR}", REAL_TOPIC="T"))],
+                file_size=4096)
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Path:
+    return _fixture_copy(tmp_path_factory, "terminal-newline")
+
+
+@pytest.fixture(scope="module")
+def markup_store(tmp_path_factory) -> Path:
+    return _fixture_copy(tmp_path_factory, "info-markup")
+
+
+#: table renderings of data (command, args after the store)
+TABLE_RUNS = [
+    ("scan", ["-f", "table", "--body", "text"]),
+    ("scan", ["-f", "table", "--keep-going"]),
+    ("lookup", ["--offset", "0", "-f", "table", "--body", "text"]),
+    ("lookup", ["--key", "kk", "-f", "table", "--body", "text"]),
+    ("lookup", ["--key", "k2\nSPOOFkey", "-f", "table"]),
+    ("lookup", ["--scan", "--key", f"k{CLEAR}1", "-f", "table"]),
+    ("stats", ["-f", "table"]),
+    ("pending", ["-f", "table"]),
+    ("consumers", ["-f", "table"]),
+    ("consumers", ["-f", "table", "--unconsumed"]),
+    ("verify", ["-f", "table"]),
+    ("info", ["-f", "table"]),
+    ("cq", ["-f", "table"]),
+    ("cq", ["--entries", "-f", "table"]),
+    ("index", ["-f", "table"]),
+    ("index", ["--entries", "-f", "table"]),
+    ("repair", ["-f", "table"]),
+]
+
+_NL_BUG = ("rmqdump/cli/output.py:21: escape_control() leaves \\n (and \\t) unescaped, so a newline in a value "
+           "rendered into a rich table cell ({what}) starts a forged output row")
+#: invocation id -> bug, for renderings where a newline in data starts a new output row
+NEWLINE_LEAKS = {
+    "scan:-f table --body text": _NL_BUG.format(what="body 'line1\\nSPOOF body', tags, keys"),
+    "scan:-f table --keep-going": _NL_BUG.format(what="tags 't\\nSPOOF tag', keys 'k2\\nSPOOFkey'"),
+    "lookup:--key k2\\nSPOOFkey -f table": _NL_BUG.format(what="keys of the record found"),
+    "stats:-f table": _NL_BUG.format(what="the per-tag table"),
+    "consumers:-f table": _NL_BUG.format(what="group name 'c\\x07g\\nSPOOF' from consumerOffset.json"),
+    "consumers:-f table --unconsumed": _NL_BUG.format(what="group name from consumerOffset.json"),
+}
+
+
+def _ids(runs):
+    return [f"{c}:{' '.join(a)}".replace("\n", "\\n") for c, a in runs]
+
+
+def _require(cmd: str) -> None:
+    if cmd not in COMMANDS:
+        pytest.skip(f"command {cmd!r} is not registered")
+
+
+@pytest.mark.parametrize("cmd,args", TABLE_RUNS, ids=_ids(TABLE_RUNS))
+def test_piped_table_output_has_no_raw_controls(hostile, cmd, args):
+    _require(cmd)
+    r = run_cli([cmd, hostile, *args], timeout=60)
+    assert r.returncode in (0, 1, 2) and "Traceback" not in r.stderr, r.describe()
+    for stream, text in (("stdout", r.stdout), ("stderr", r.stderr)):
+        bad = sorted({f"U+{ord(m.group()):04X}" for m in FORBIDDEN.finditer(text)})
+        assert not bad, f"{stream} of rmqdump {cmd} {' '.join(args)!r} holds raw {bad}:\n{text[:3000]!r}"
+
+
+def _spoofed(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip().startswith("SPOOF")]
+
+
+@pytest.mark.parametrize("cmd,args", TABLE_RUNS, ids=_ids(TABLE_RUNS))
+def test_newline_in_data_does_not_forge_rows(request, hostile, cmd, args):
+    _require(cmd)
+    bug = NEWLINE_LEAKS.get(_ids([(cmd, args)])[0])
+    if bug:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=bug))
+    r = run_cli([cmd, hostile, *args], timeout=60)
+    assert not _spoofed(r.stdout) and not _spoofed(r.stderr), r.stdout[:3000]
+
+
+def test_the_hostile_data_is_shown_escaped(hostile):
+    """Not vacuous: the values are printed, in escaped form."""
+    r = run_cli(["scan", hostile, "-f", "table", "--body", "text"], timeout=60)
+    assert "\\x1b[5;35m" in r.stdout and "\\u202e" in r.stdout and "\\x07" in r.stdout
+    j = run_cli(["scan", hostile, "-f", "jsonl", "--body", "text"], timeout=60)
+    assert "\\u001b[5;35m" in j.stdout  # JSON escapes control characters itself
+
+
+MARKUP_RUNS = [("info", ["-f", "table"]), ("verify", ["-f", "table"]), ("scan", ["-f", "table"]),
+               ("stats", ["-f", "table"]), ("pending", ["-f", "table"]), ("repair", ["-f", "table"]),
+               ("lookup", ["--offset", "106", "-f", "table"])]
+MARKUP_BUGS = {
+    "info": "rmqdump/cli/info.py:24: render() passes the walk's end reason (which quotes the DELAY property "
+            "of a SCHEDULE_TOPIC_XXXX record) to console.print as markup: '[/x]' raises rich.errors.MarkupError "
+            "(traceback, exit 1) and '[link=...]' becomes an OSC 8 hyperlink on a terminal",
+}
+
+
+@pytest.mark.parametrize("cmd,args", MARKUP_RUNS, ids=_ids(MARKUP_RUNS))
+def test_rich_markup_in_data_is_not_interpreted(request, markup_store, cmd, args):
+    _require(cmd)
+    if cmd in MARKUP_BUGS:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=MARKUP_BUGS[cmd]))
+    r = run_cli([cmd, markup_store, *args], timeout=60)
+    assert r.returncode in (0, 1, 2) and "Traceback" not in r.stderr, r.describe()
+    assert not FORBIDDEN.search(r.stdout + r.stderr), (r.stdout + r.stderr)[:3000]
+
+
+# --- on a real (pseudo) terminal ------------------------------------------------------------
+
+
+def _run_on_pty(args: list[str], timeout: float = 60.0) -> tuple[int | None, str]:
+    master, slave = pty.openpty()
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS="200", LINES="50")
+    env.pop("NO_COLOR", None)
+    p = subprocess.Popen([*RMQDUMP, *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env,
+                         close_fds=True, start_new_session=True)
+    os.close(slave)
+    out = bytearray()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.1)
+        if r:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        elif p.poll() is not None:
+            continue
+    try:
+        rc = p.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = None
+    os.close(master)
+    return rc, out.decode("utf-8", "replace")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty semantics checked on Linux")
+@pytest.mark.parametrize("cmd,args", TABLE_RUNS, ids=_ids(TABLE_RUNS))
+def test_terminal_output_has_no_injected_sequences(hostile, cmd, args):
+    _require(cmd)
+    rc, text = _run_on_pty([cmd, hostile, *args, "-q"])
+    assert rc in (0, 1, 2) and "Traceback" not in text, text[-3000:]
+    found = [s for s in INJECTED if s in text]
+    assert not found, f"injected {found!r} reached the terminal:\n{text[:3000]!r}"
