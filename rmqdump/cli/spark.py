@@ -225,3 +225,69 @@ def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, 
     if not rep.rows:
         raise SystemExit(1)
     return 0
+
+
+@spark.command("verify")
+@stores_argument
+@click.option("--keep-going", is_flag=True,
+              help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it.")
+@click.option("--broker-version", type=click.Choice(("4.9", "5.3")), default="4.9", show_default=True,
+              help="Recovery model: 4.9.x, or 5.3 (5.3.2-5.3.3 rules where they differ).")
+@click.option("--commitlog-only", is_flag=True, help="Skip consume-queue, index, checkpoint, config and lock checks.")
+@click.option("--delay-levels", default=None, metavar="SPEC",
+              help='Broker messageDelayLevel, e.g. "1s 5s 10s" (for SCHEDULE_TOPIC_XXXX tagsCode checks).')
+@click.option("--list-limit", type=click.IntRange(0), default=10000, show_default=True,
+              help="List at most N offsets per category in the report (counts stay complete).")
+@click.option("--max-findings", "max_findings", type=click.IntRange(1), default=1000, show_default=True,
+              help="List at most N findings per kind (and per segment).")
+@output_options
+@spark_options
+@access_options
+def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels, list_limit, max_findings, fmt, quiet,
+               master, conf, no_mmap, max_message_size):
+    """`rmqdump verify` of every STORE on Spark: the same report and findings, per store.
+
+    Record checks run one task per segment, ConsumeQueue <-> commitlog is a DataFrame join,
+    the store checks (recovery prediction, index, checkpoint, config) one task per store.
+    json prints one document for one store and a list for several; jsonl one line per store.
+    Exit 0 clean, 1 errors found in any store.
+    """
+    from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+    from ..javahash import parse_delay_levels
+    from .output import default_format, diag, emit_document, stdout_console
+    from .verify import render_report
+
+    fmt = default_format(fmt)
+    if fmt == "csv":
+        raise click.BadParameter("verify prints documents: use table, json or jsonl", param_hint="--format")
+    levels = None
+    if delay_levels:
+        try:
+            levels = parse_delay_levels(delay_levels)
+        except (ValueError, KeyError, IndexError):
+            raise click.BadParameter(f"cannot parse {delay_levels!r}", param_hint="--delay-levels") from None
+    session = _session(master, conf, quiet)
+    from ..spark import jobs
+
+    with _task_progress("verifying", not quiet) as progress:
+        verdicts = jobs.verify(session, list(stores), keep_going=keep_going, use_mmap=not no_mmap,
+                               max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
+                               version=broker_version, store_checks=not commitlog_only, delay_levels_ms=levels,
+                               list_limit=list_limit, max_findings_per_kind=max_findings, progress=progress)
+    docs = [v.document for v in verdicts]
+    if fmt == "json" and len(docs) > 1:
+        sys.stdout.write(json.dumps(docs, ensure_ascii=False, indent=2) + "\n")
+    else:
+        for doc in docs:
+            if fmt == "table" and len(docs) > 1:
+                stdout_console().rule(doc["store"])
+            emit_document(doc, fmt, render_report)
+    if not quiet and fmt != "table":
+        for doc in docs:
+            s = doc["summary"]
+            diag(f"{doc['store']}: {s['status']}: {s['errors']} errors, {s['warnings']} warnings, {s['infos']} info; "
+                 f"predicted commitlog end {s['predicted_max_offset']}", "red" if s["errors"] else None)
+    code = max((v.exit_code for v in verdicts), default=0)
+    if code:
+        raise SystemExit(code)
+    return 0

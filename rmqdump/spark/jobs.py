@@ -31,6 +31,7 @@ from ..export import (
     prepare_output,
     write_splits,
 )
+from ..format import MAX_RECORD_SIZE
 
 Progress = Callable[[int, int], None]
 
@@ -214,6 +215,29 @@ def export_throughput(spark, paths: str | os.PathLike | Sequence[str | os.PathLi
     return {"engine": f"spark {spark.sparkContext.master}", "rows": res.rows, "input_bytes": res.input_bytes,
             "output_bytes": res.output_bytes, "seconds": dt, "rows_per_s": res.rows / dt if dt else 0.0,
             "mb_per_s": res.input_bytes / dt / 1e6 if dt else 0.0}
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+
+def verify(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, keep_going: bool = False,
+           check_crc: bool = True, use_mmap: bool = True, max_record_size: int | None = None, version: str = "4.9",
+           store_checks: bool = True, delay_levels_ms: list[int] | None = None, list_limit: int = 10000,
+           max_findings_per_kind: int = 1000, progress: Progress | None = None) -> list:
+    """``rmqdump verify`` of every store: a :class:`rmqdump.spark.verify.StoreVerdict` per store, in order.
+
+    Record checks run one task per segment, ConsumeQueue <-> commitlog as a DataFrame join,
+    the store checks one task per store; the documents equal ``verify_store(...).to_dict()``
+    (see :mod:`rmqdump.spark.verify`).
+    """
+    from .verify import VerifyOptions
+    from .verify import verify as run
+
+    opts = VerifyOptions(keep_going=keep_going, check_crc=check_crc, use_mmap=use_mmap,
+                         max_record_size=max_record_size or MAX_RECORD_SIZE, version=version,
+                         store_checks=store_checks, delay_levels_ms=delay_levels_ms, list_limit=list_limit,
+                         max_findings_per_kind=max_findings_per_kind)
+    return run(spark, _as_list(paths), opts, progress)
 
 
 # --- stats --------------------------------------------------------------------------------------

@@ -1,0 +1,311 @@
+"""``rmqdump spark verify``: :func:`rmqdump.verify.verify_store` for many stores, its heavy parts on Spark.
+
+Three stages, all on executors:
+
+1. **Segments** (one task per commitlog segment): the record checks of
+   :func:`rmqdump.verify.records.verify_segment`, exactly as ``verify`` calls it, plus one
+   compact row per dispatchable record (what ``CqChecker.on_message`` looks at).
+2. **ConsumeQueue ↔ commitlog** as a DataFrame join: the records against every consume-queue
+   entry the broker's CQ recovery keeps (``consume_queue_states``, one task per store).
+   Only what needs a closer look reaches the driver: records without an entry or with a
+   size / tagsCode difference, the first record of each queue, and entries no record matched.
+3. **Store checks** (one task per store): ``verify_store`` itself, with the segment results
+   of stage 1 and a CqChecker pre-loaded with the join outcome, so the recovery prediction,
+   the index / checkpoint / config checks and the report are ``verify``'s own — same findings.
+
+Stage 3 swaps ``verify_segment`` / ``CqChecker`` inside :mod:`rmqdump.verify` for the duration
+of one task (in the executor's Python worker, never in the driver): a segment whose call does
+not match the one made in stage 1 is simply verified again.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RmqdumpError
+from ..format import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from ..store import Store
+
+_TAGS = b"TAGS\x01"
+_SCHEDULE = b"SCHEDULE_TOPIC_XXXX"
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class _SegmentTask:
+    store_idx: int
+    path: str  # segment file
+    start: int
+    size: int
+    kwargs: tuple  # verify_segment keyword arguments (sorted items, picklable)
+
+
+@dataclass
+class VerifyOptions:
+    keep_going: bool = False
+    check_crc: bool = True
+    use_mmap: bool = True
+    max_record_size: int = MAX_RECORD_SIZE
+    version: str = "4.9"
+    store_checks: bool = True
+    delay_levels_ms: list[int] | None = None
+    list_limit: int = 10000
+    max_findings_per_kind: int = 1000
+
+
+def _segment_kwargs(opts: VerifyOptions, cl, root, seg, first: bool) -> dict:
+    """The keyword arguments ``verify_store`` passes to ``verify_segment`` (minus callbacks)."""
+    return {"file_size": cl.file_size, "check_crc": opts.check_crc, "keep_going": opts.keep_going,
+            "max_record_size": opts.max_record_size, "use_mmap": opts.use_mmap,
+            "file_label": f"commitlog/{seg.name}" if root is not None else seg.name,
+            "list_limit": opts.list_limit, "max_findings_per_kind": opts.max_findings_per_kind,
+            "zero_start": seg.start == 0 and first}
+
+
+# --- stage 1: segments ------------------------------------------------------------------------------
+
+
+def _segments_task(delay: list[int], tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
+    """("seg", store, start, SegmentResult | error text) and ("rec", row) for each dispatchable record."""
+    from ..javahash import DEFAULT_DELAY_LEVELS_MS
+    from ..segment import Segment
+    from ..verify.records import verify_segment
+
+    delay = delay or DEFAULT_DELAY_LEVELS_MS
+    for t in tasks:
+        rows: list[tuple] = []
+
+        def on_message(m, rows=rows, store=t.store_idx) -> None:
+            tx = m.sys_flag & TRANSACTION_TYPE_MASK
+            if tx != 0 and tx != TRANSACTION_COMMIT_TYPE:
+                return
+            has_tags = _TAGS in m.properties_raw
+            code, err = 0, False
+            if has_tags or m.topic_raw == _SCHEDULE:
+                try:
+                    code = m.tags_code(delay)
+                except RmqdumpError:
+                    code, err = None, True
+            rows.append((store, m.offset, m.size, m.topic_raw, m.queue_id, m.queue_offset, m.file, m.sys_flag,
+                         has_tags, code, err))
+
+        try:
+            res = verify_segment(Segment(Path(t.path), t.start, t.size), on_message=on_message,
+                                 **dict(t.kwargs))
+        except RmqdumpError as e:
+            yield ("seg", t.store_idx, t.start, str(e))
+            continue
+        yield ("seg", t.store_idx, t.start, res)
+        for r in rows:
+            yield ("rec", r)
+
+
+# --- stage 2: consume-queue entries --------------------------------------------------------------
+
+
+def _entries_task(stores: Iterator[tuple[int, str]]) -> Iterator[tuple]:
+    """Entries of every queue as ``CqChecker`` loads them: [first offset, recovered max offset)."""
+    from ..recovery import consume_queue_states
+
+    for idx, path in stores:
+        try:
+            states, _ = consume_queue_states(Store.open(path))
+        except RmqdumpError:
+            continue  # verify reports cq_unavailable and checks no queue
+        for st in states:
+            raw = os.fsencode(st.topic)
+            base, fill = st.first_offset, st.max_offset - st.first_offset
+            if fill <= 0:
+                continue
+            for e in st.cq.iter_entries():
+                if 0 <= e.queue_offset - base < fill:
+                    yield (idx, raw, st.queue_id, e.queue_offset, e.commit_log_offset, e.size, e.tags_code)
+
+
+REC_DDL = ("store_idx int, offset long, size int, topic_raw binary, queue_id int, queue_offset long, file string, "
+           "sys_flag int, has_tags boolean, tags_code long, tags_err boolean")
+ENT_DDL = "store_idx int, topic_raw binary, queue_id int, queue_offset long, phys long, esize int, etags long"
+
+
+def _cq_join(spark, recs, ents) -> tuple[dict, dict, dict]:
+    """(records to replay per store, unmatched entries per store, dispatchable record count per store)."""
+    from pyspark.sql import functions as F
+
+    keys = ["store_idx", "topic_raw", "queue_id", "queue_offset"]
+    e = ents.alias("e")
+    r = recs.alias("r")
+    on = [F.col(f"r.{k}") == F.col(f"e.{k}") for k in keys] + [F.col("r.offset") == F.col("e.phys")]
+    joined = r.join(e, on, "left_outer")
+    schedule = F.col("r.topic_raw") == F.lit(_SCHEDULE)
+    expected = F.when(~schedule & ~F.col("r.has_tags"), F.lit(0)).otherwise(F.col("r.tags_code"))
+    # over-approximate "needs a look": the replay through CqChecker.on_message decides
+    look = (F.col("e.phys").isNull() | (F.col("e.esize") != F.col("r.size")) | F.col("r.tags_err")
+            | expected.isNull() | (expected != F.col("e.etags")))
+    firsts = recs.groupBy("store_idx", "topic_raw", "queue_id").agg(F.min("offset").alias("offset"))
+    firsts = recs.join(firsts, ["store_idx", "topic_raw", "queue_id", "offset"], "left_semi")
+    replay = joined.filter(look).select("r.*").unionByName(firsts).dropDuplicates(["store_idx", "offset"])
+    replay_rows = replay.collect()
+    unmatched = e.join(r, on, "left_anti").select(*[F.col(f"e.{k}") for k in keys]).collect()
+    counts = {row["store_idx"]: row["count"] for row in recs.groupBy("store_idx").count().collect()}
+    by_store: dict[int, list] = {}
+    for row in sorted(replay_rows, key=lambda x: (x["store_idx"], x["offset"])):
+        by_store.setdefault(row["store_idx"], []).append(tuple(row))
+    ents_by_store: dict[int, list] = {}
+    for row in unmatched:
+        ents_by_store.setdefault(row["store_idx"], []).append((bytes(row["topic_raw"]), row["queue_id"],
+                                                               row["queue_offset"]))
+    return by_store, ents_by_store, counts
+
+
+# --- stage 3: verify_store with the precomputed parts -------------------------------------------
+
+
+class _ReplayMessage:
+    """The fields of a record ``CqChecker.on_message`` reads, rebuilt from a stage-1 row."""
+
+    __slots__ = ("offset", "size", "topic_raw", "queue_id", "queue_offset", "file", "sys_flag", "properties_raw",
+                 "_code", "_err")
+
+    def __init__(self, row: tuple):
+        (_, self.offset, self.size, topic_raw, self.queue_id, self.queue_offset, self.file, self.sys_flag, has_tags,
+         self._code, self._err) = row
+        self.topic_raw = bytes(topic_raw)
+        self.properties_raw = _TAGS if has_tags else b""
+
+    @property
+    def topic(self) -> str:
+        return self.topic_raw.decode("utf-8", "replace")
+
+    def tags_code(self, delay_levels_ms=None) -> int:
+        if self._err:
+            from ..errors import FormatError
+
+            raise FormatError("malformed DELAY property", self.file, None)
+        return self._code
+
+
+@dataclass
+class StoreVerdict:
+    """One store's ``verify`` document, its exit code, and how many segments stage 3 had to re-verify."""
+
+    document: dict
+    exit_code: int
+    reverified_segments: int = 0
+
+
+@contextmanager
+def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[tuple],
+              unmatched: list[tuple], checked: int, reverified: list | None = None):
+    """Make ``rmqdump.verify.verify_store`` use stage-1 segment results and the stage-2 join outcome."""
+    from .. import verify as V
+
+    real_segment = V.verify_segment
+    real_checker = V.CqChecker
+
+    def verify_segment(seg, *, on_message=None, progress=None, **kwargs):
+        got = segment_results.get(seg.start)
+        if got is None or remote_kwargs.get(seg.start) != kwargs:
+            if reverified is not None:
+                reverified.append(seg.start)
+            return real_segment(seg, on_message=on_message, progress=progress, **kwargs)
+        if isinstance(got, str):
+            raise RmqdumpError(got)
+        return got
+
+    class JoinedCqChecker(real_checker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for q in self.queues:
+                q.matched = bytearray(b"\x01") * q.n
+            for topic_raw, qid, qoff in unmatched:
+                q = self.by_topic.get(topic_raw, {}).get(qid)
+                if q is not None and 0 <= qoff - q.base < q.n:
+                    q.matched[qoff - q.base] = 0
+            for row in replay:  # in commitlog order, like the segment walk would call it
+                self.on_message(_ReplayMessage(row))
+            self.records_checked = checked
+
+    with _LOCK:
+        V.verify_segment, V.CqChecker = verify_segment, JoinedCqChecker
+        try:
+            yield
+        finally:
+            V.verify_segment, V.CqChecker = real_segment, real_checker
+
+
+def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
+    """Executor side: (store index, StoreVerdict, None) or (store index, None, error text)."""
+    from ..verify import verify_store
+
+    for idx, path, seg_results, remote_kwargs, replay, unmatched, checked in items:
+        again: list[int] = []
+        try:
+            with _injected(seg_results, remote_kwargs, replay, unmatched, checked, again):
+                rep = verify_store(path, keep_going=opts.keep_going, check_crc=opts.check_crc,
+                                   use_mmap=opts.use_mmap, max_record_size=opts.max_record_size,
+                                   version=opts.version, store_checks=opts.store_checks,
+                                   delay_levels_ms=opts.delay_levels_ms, list_limit=opts.list_limit,
+                                   max_findings_per_kind=opts.max_findings_per_kind)
+            yield (idx, StoreVerdict(rep.to_dict(), rep.exit_code, len(again)), None)
+        except RmqdumpError as e:
+            yield (idx, None, f"{path}: {e}")
+
+
+# --- the job ----------------------------------------------------------------------------------------
+
+
+def verify(spark, paths: Sequence[str], opts: VerifyOptions | None = None, progress=None) -> list[StoreVerdict]:
+    """Verify every store; one :class:`StoreVerdict` per store, in the given order.
+
+    The documents are ``VerifyReport.to_dict()`` of :func:`rmqdump.verify.verify_store`.
+    """
+    from pyspark import StorageLevel
+
+    from .jobs import _parallelize, track
+
+    opts = opts or VerifyOptions()
+    stores = [Store.open(p) for p in paths]
+    seg_tasks: list[_SegmentTask] = []
+    remote: dict[int, dict[int, dict]] = {}
+    for i, st in enumerate(stores):
+        cl = st.commitlog
+        remote[i] = {}
+        for seg in cl.segments:
+            kw = _segment_kwargs(opts, cl, st.root, seg, seg is cl.segments[0])
+            remote[i][seg.start] = kw
+            seg_tasks.append(_SegmentTask(i, str(seg.path), seg.start, seg.size, tuple(sorted(kw.items()))))
+    with_cq = [(i, p) for i, (p, st) in enumerate(zip(paths, stores, strict=True))
+               if st.root is not None and opts.store_checks]
+
+    with track(spark, f"rmqdump verify of {len(paths)} store(s)", progress):
+        stage1 = _parallelize(spark, seg_tasks).mapPartitions(
+            functools.partial(_segments_task, opts.delay_levels_ms)).persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            segs = stage1.filter(lambda t: t[0] == "seg").collect()
+            replay: dict[int, list] = {}
+            unmatched: dict[int, list] = {}
+            counts: dict[int, int] = {}
+            if with_cq:
+                recs = spark.createDataFrame(stage1.filter(lambda t: t[0] == "rec").map(lambda t: t[1]), REC_DDL)
+                ents = spark.createDataFrame(_parallelize(spark, with_cq).mapPartitions(_entries_task), ENT_DDL)
+                replay, unmatched, counts = _cq_join(spark, recs, ents)
+        finally:
+            stage1.unpersist()
+        results: dict[int, dict[int, object]] = {i: {} for i in range(len(stores))}
+        for _, idx, start, res in segs:
+            results[idx][start] = res
+        items = [(i, p, results[i], remote[i], replay.get(i, []), unmatched.get(i, []), counts.get(i, 0))
+                 for i, p in enumerate(paths)]
+        outcomes = _parallelize(spark, items).mapPartitions(functools.partial(_store_task, opts)).collect()
+    out: list[StoreVerdict] = []
+    for _idx, verdict, error in sorted(outcomes, key=lambda o: o[0]):
+        if verdict is None:
+            raise RmqdumpError(f"verify failed: {error}")
+        out.append(verdict)
+    return out

@@ -1,0 +1,270 @@
+"""The Spark pipeline: data sources, jobs (parity with scan / lookup / verify) and a standalone cluster.
+
+Every test here shares ONE SparkSession (``spark`` fixture, session scope, local[2]); the
+standalone-cluster test runs its driver in a subprocess against a master and a worker it
+starts on loopback and always stops.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from conftest import real_store
+from rmqdump.arrow import CQ_SCHEMA, INDEX_SCHEMA, RECORD_SCHEMA, index_splits, queue_splits, read_index, read_queue
+from rmqdump.cli import cli
+from rmqdump.export import export as local_export
+from rmqdump.schema import FIELDS
+
+pytestmark = pytest.mark.spark
+
+STORES = ("clean", "crash_kill9")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    from rmqdump.spark import build_session
+
+    t0 = time.perf_counter()
+    session = build_session("local[2]", app_name="rmqdump-tests")
+    print(f"\nSpark session started in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    yield session
+    session.stop()
+
+
+def scan_rows(path: Path) -> list[dict]:
+    res = CliRunner().invoke(cli, ["scan", str(path), "-f", "jsonl", "-q"])
+    assert res.exit_code in (0, 1), res.output
+    return [json.loads(line) for line in res.stdout.splitlines()]
+
+
+def as_scan(row: dict) -> dict:
+    out = {k: row[k] for k in FIELDS}
+    if isinstance(out["properties"], list):
+        out["properties"] = dict(out["properties"])
+    if isinstance(out["body"], bytes):
+        out["body"] = base64.b64encode(out["body"]).decode("ascii")
+    return out
+
+
+def read_export(out: Path) -> list[dict]:
+    files = sorted(out.rglob("*.parquet"))
+    assert files, f"no parquet files under {out}"
+    rows = pa.concat_tables([pq.read_table(f) for f in files]).to_pylist()
+    return sorted(rows, key=lambda r: (r["store"], r["offset"]))
+
+
+def test_data_sources(spark):
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    paths = [str(real_store(n)) for n in STORES]
+    df = spark.read.format("rocketmq").load(paths)
+    assert df.schema == from_arrow_schema(RECORD_SCHEMA)
+    assert df.rdd.getNumPartitions() == 5  # one per commitlog segment (2 + 3)
+    counts = {r["broker"]: r["count"] for r in df.groupBy("broker").count().collect()}
+    assert counts == {n: len(scan_rows(real_store(n))) for n in STORES}
+    # options and a pushed-down topic filter
+    crash = (spark.read.format("rocketmq").option("includeBody", "true").load(paths)
+             .filter(F.col("topic") == "TopicCrash").agg(F.count(F.lit(1)).alias("n"), F.count("body").alias("b")))
+    assert crash.collect()[0].asDict() == {"n": counts["crash_kill9"], "b": counts["crash_kill9"]}
+    # consumequeue and index as tables, equal to the core readers
+    cq = spark.read.format("rocketmq_cq").load(paths)
+    assert cq.schema == from_arrow_schema(CQ_SCHEMA)
+    cq_rows = sum(b.num_rows for s in queue_splits(paths) for b in read_queue(s))
+    idx = spark.read.format("rocketmq_index").load(paths[0])
+    assert idx.schema == from_arrow_schema(INDEX_SCHEMA)
+    idx_rows = sum(b.num_rows for s in index_splits(paths[:1]) for b in read_index(s))
+    assert (cq.count(), idx.count()) == (cq_rows, idx_rows)
+    # a join: every valid CQ entry of the clean store points at a record of its topic/queue/queue offset/size
+    clean = spark.read.format("rocketmq").option("topic", "TopicTest,TopicOrder").load(paths[0])
+    entries = cq.filter((F.col("broker") == "clean") & F.col("valid") & F.col("topic").isin("TopicTest", "TopicOrder"))
+    on = ["topic", "queue_id", "queue_offset", "size"]
+    dangling = entries.withColumnRenamed("commitlog_offset", "offset").join(clean.select("offset", *on),
+                                                                             ["offset", *on], "left_anti")
+    assert dangling.count() == 0
+    assert clean.count() == sum(1 for r in scan_rows(real_store("clean")) if r["topic"] in ("TopicTest", "TopicOrder"))
+
+
+def test_export_parity_with_scan(spark, tmp_path):
+    from rmqdump.spark import jobs
+
+    paths = [str(real_store(n)) for n in STORES]
+    res = jobs.export(spark, paths, tmp_path / "flat", include_body=True)
+    rows = read_export(tmp_path / "flat")
+    assert res.rows == len(rows)
+    for name, path in zip(STORES, paths, strict=True):
+        mine = [as_scan(r) for r in rows if r["store"] == path]
+        assert mine == scan_rows(Path(path)), name
+    assert (tmp_path / "flat" / "_SUCCESS").exists()
+    # partitioned: the same layout and rows as the single-process export
+    jobs.export(spark, paths[:1], tmp_path / "spark_part", partition_by="topic,date")
+    local_export(paths[0], tmp_path / "local_part", partition_by="topic,date")
+    layout = {p.parent.relative_to(tmp_path / "spark_part") for p in (tmp_path / "spark_part").rglob("*.parquet")}
+    assert layout == {p.parent.relative_to(tmp_path / "local_part")
+                      for p in (tmp_path / "local_part").rglob("*.parquet")}
+    assert Path("topic=%25RETRY%25cg-test") in {p.parents[-2] for p in layout}
+    assert read_export(tmp_path / "spark_part") == read_export(tmp_path / "local_part")
+    back = spark.read.parquet(str(tmp_path / "spark_part"))
+    assert back.filter("topic = '%RETRY%cg-test'").count() == 2
+
+
+def test_stats_and_lookup(spark):
+    from rmqdump.lookup import lookup_key
+    from rmqdump.spark import jobs
+
+    paths = [str(real_store(n)) for n in (*STORES, "crash_torn")]
+    stats = jobs.stats(spark, paths, by=("broker", "topic"))
+    expect: Counter = Counter()
+    nbytes: Counter = Counter()
+    for p in paths:
+        for r in scan_rows(Path(p)):
+            expect[(Path(p).name, r["topic"])] += 1
+            nbytes[(Path(p).name, r["topic"])] += r["size"]
+    assert {(s["broker"], s["topic"]): s["records"] for s in stats} == dict(expect)
+    assert {(s["broker"], s["topic"]): s["bytes"] for s in stats} == dict(nbytes)
+    hourly = jobs.stats(spark, paths[:1])
+    assert all(s["hour"].endswith(":00:00Z") for s in hourly)
+    assert sum(s["records"] for s in hourly) == expect_total(expect, "clean")
+
+    rep = jobs.lookup(spark, paths, "key-5", topic="TopicTest", include_body=True)
+    single = [(p, m.offset) for p in paths for m in lookup_key(p, "TopicTest", "key-5").hits]
+    assert [(r["store"], r["offset"]) for r in rep.rows] == single and single
+    assert all("key-5" in r["keys"] and r["body"] for r in rep.rows)
+    assert [s["store"] for s in rep.stores] == paths
+
+
+def test_verify_parity(spark):
+    from rmqdump.spark import jobs
+    from rmqdump.verify import verify_store
+
+    names = ("corrupt_crc", "crash_torn", "crash_kill9", "clean")
+    paths = [str(real_store(n)) for n in names]
+    verdicts = jobs.verify(spark, paths)
+    for name, path, v in zip(names, paths, verdicts, strict=True):
+        local = verify_store(path)
+        assert v.document == local.to_dict(), name
+        assert v.exit_code == local.exit_code
+        assert v.reverified_segments == 0  # the stage-1 results were used, not recomputed
+    kinds = [{f["kind"] for f in v.document["findings"]} for v in verdicts]
+    assert "body_crc" in kinds[0] and "torn_record" in kinds[1]
+    assert [v.exit_code for v in verdicts] == [1, 1, 0, 0]
+
+
+def test_lookup_cli(spark):
+    paths = [str(real_store(n)) for n in ("clean", "crash_torn")]
+    res = CliRunner().invoke(cli, ["spark", "lookup", *paths, "--key", "key-7", "--topic", "TopicTest", "-f", "jsonl",
+                                   "-q"])
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [r["broker"] for r in rows] == ["clean", "crash_torn"]
+    assert all(r["topic"] == "TopicTest" and "key-7" in r["keys"] and r["body"] for r in rows)
+    miss = CliRunner().invoke(cli, ["spark", "lookup", *paths, "--key", "no-such-key", "-q"])
+    assert miss.exit_code == 1 and miss.stdout == ""
+
+
+def expect_total(counter: Counter, broker: str) -> int:
+    return sum(v for (b, _), v in counter.items() if b == broker)
+
+
+# --- a real standalone cluster on loopback -------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(predicate, timeout: float, what: str, procs=()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"{what}: process exited with {p.returncode}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_standalone_cluster_export(tmp_path):
+    pyspark = pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no Java runtime for Spark")
+    spark_home = Path(pyspark.__file__).parent
+    spark_class = spark_home / "bin" / "spark-class"
+    env = dict(os.environ, SPARK_HOME=str(spark_home), SPARK_LOCAL_IP="127.0.0.1", SPARK_NO_DAEMONIZE="1",
+               SPARK_LOG_DIR=str(tmp_path / "logs"), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    port, ui, wui = _free_port(), _free_port(), _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    procs: list[subprocess.Popen] = []
+    master_log = open(tmp_path / "master.log", "wb")  # noqa: SIM115 (closed below)
+    worker_log = open(tmp_path / "worker.log", "wb")  # noqa: SIM115
+    try:
+        procs.append(subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+             "--webui-port", str(ui)], env=env, stdout=master_log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL))
+        _wait_for(lambda: _port_open(port), 90, "the Spark master", procs)
+        procs.append(subprocess.Popen(
+            [str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
+             "--webui-port", str(wui), "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work")],
+            env=env, stdout=worker_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+        _wait_for(lambda: b"Registering worker" in (tmp_path / "master.log").read_bytes(), 90,
+                  "the worker to register", procs)
+        paths = [str(real_store(n)) for n in STORES]
+        out = tmp_path / "out"
+        t0 = time.perf_counter()
+        run = subprocess.run(
+            [sys.executable, "-m", "rmqdump.spark", "export", *paths, "--out", str(out), "--master", url,
+             "--body", "--json", "-q", "--conf", "spark.driver.host=127.0.0.1",
+             "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m"],
+            capture_output=True, text=True, timeout=300, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+        assert run.returncode == 0, run.stderr[-3000:]
+        summary = json.loads(run.stdout)
+        print(f"\nstandalone export: {summary} ({time.perf_counter() - t0:.1f} s with the driver start)",
+              file=sys.stderr)
+        assert summary["master"] == url
+        rows = read_export(out)
+        for path in paths:
+            assert [as_scan(r) for r in rows if r["store"] == path] == scan_rows(Path(path))
+        assert summary["rows"] == len(rows)
+        assert b"Asked to launch executor" in (tmp_path / "worker.log").read_bytes()  # the work ran on the worker
+    finally:
+        for p in reversed(procs):
+            _stop(p)
+        master_log.close()
+        worker_log.close()
