@@ -5,12 +5,23 @@
 QUEUEOFFSET per topic-queue (PREPARED/ROLLBACK get 0), PHYSICALOFFSET, the store time,
 body CRC, the end-of-file blank and new segments of the store's file size, ConsumeQueue
 entries (NOT/COMMIT only) and index entries (all but ROLLBACK), as §14 describes.
+
+Durability (:meth:`StoreWriter.sync`): records are buffered and written with ``pwrite``;
+the first 8 bytes of a batch (TOTALSIZE + MAGIC of its first record or blank) are held
+back until the rest of the batch is on disk, so a batch cut short by a crash is invisible
+to recovery (it ends at zeros). ConsumeQueue and index entries are written only after the
+commitlog bytes they point to are durable, so metadata never references lost data.
 """
 
 from __future__ import annotations
 
+import calendar
+import errno
+import functools
 import itertools
 import os
+import secrets
+import stat
 import struct
 import time
 import zlib
@@ -25,14 +36,18 @@ from .format import (
     COMPRESSION_TYPE_BY_NAME,
     COMPRESSION_TYPE_COMPARATOR,
     END_FILE_MIN_BLANK_LENGTH,
+    INNER_BATCH_FLAG,
     MAPPED_FILE_SIZE_COMMITLOG,
     MAPPED_FILE_SIZE_CONSUME_QUEUE,
     MAX_HASH_SLOT_NUM,
     MAX_INDEX_NUM,
+    MULTI_TAGS_FLAG,
+    NEED_UNWRAP_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    SCHEDULE_TOPIC,
     STORE_COMMITLOG_DIR,
     STORE_CONSUMEQUEUE_DIR,
     STORE_INDEX_DIR,
@@ -42,20 +57,63 @@ from .format import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from .javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
-from .msgid import parse_host
-from .properties import parse_properties
+from .javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code, index_key
+from .msgid import create_offset_msg_id, parse_host
+from .paths import is_safe_component
+from .properties import parse_properties, split_keys
 from .segment import offset_to_file_name
 
 _counter = itertools.count()
+#: records are written in chunks of at most this many buffered bytes
+WRITE_CHUNK = 8 << 20
+#: sysflag bits a caller may pass through (compression bits come from ``compressed_flags``)
+_PASS_THROUGH_FLAGS = MULTI_TAGS_FLAG
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+@functools.lru_cache(maxsize=64)
+def _month_start_ms(day: int) -> int:
+    t = time.gmtime(day * 86400)
+    return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
 
 
 def make_uniq_key(ip: bytes, pid: int, classloader: int, epoch_ms: int, counter: int) -> str:
     """A client msgId in ``MessageClientIDSetter``'s layout (time since the UTC month start)."""
-    t = time.gmtime(epoch_ms // 1000)
-    month_start = int(time.mktime((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone) * 1000
-    return (ip + struct.pack(">HiiH", pid & 0xFFFF, classloader, (epoch_ms - month_start) & 0x7FFFFFFF,
-                             counter & 0xFFFF)).hex().upper()
+    month_start = _month_start_ms(epoch_ms // 86_400_000)
+    return (ip + _UNIQ_TAIL.pack(pid & 0xFFFF, classloader, (epoch_ms - month_start) & 0x7FFFFFFF,
+                                 counter & 0xFFFF)).hex().upper()
+
+
+_UNIQ_TAIL = struct.Struct(">HiiH")
+_choose_magic = functools.lru_cache(maxsize=4096)(choose_magic)
+
+
+@functools.lru_cache(maxsize=1024)
+def _host(text: str) -> tuple[bytes, int]:
+    return parse_host(text)
+
+
+def _hash32(s: str) -> int:
+    """Java ``String.hashCode`` as an unsigned 32-bit value (Horner over UTF-16 units, masked once)."""
+    h = 0
+    if s.isascii():
+        for c in s.encode():
+            h = h * 31 + c
+    else:
+        data = s.encode("utf-16-be", "surrogatepass")
+        for u in struct.unpack(f">{len(data) // 2}H", data):
+            h = h * 31 + u
+    return h & 0xFFFFFFFF
+
+
+def index_hash(key: str) -> int:
+    """``indexKeyHashMethod`` (abs of Java ``String.hashCode``, 0 for MIN_VALUE)."""
+    h = _hash32(key)
+    if h & 0x80000000:
+        h = 0x100000000 - h  # abs of the negative int32
+        if h == 0x80000000:
+            return 0
+    return h
 
 
 @dataclass
@@ -71,7 +129,7 @@ class MessageSpec:
     properties_raw: bytes | None = None  # exact stored properties string (overrides the above)
     flag: int = 0
     transaction: int = TRANSACTION_NOT_TYPE
-    compression: str | None = None  # zlib | lz4 | zstd | "legacy-zlib"
+    compression: str | None = None  # zlib | lz4 | zstd | "legacy-zlib": compress ``body`` first
     born_timestamp: int | None = None
     store_timestamp: int | None = None
     born_host: str = "127.0.0.1:34732"
@@ -83,10 +141,22 @@ class MessageSpec:
     magic: int | None = None
     record_crc: bool = False  # 5.2+ __CRC32# property
     queue_offset: int | None = None  # pin (forensic copies); None = assign like the broker
+    compressed_flags: int = 0  # body is already stored form: these COMPRESSED|type bits are set as-is
+    extra_sys_flag: int = 0  # other sysflag bits to keep (only MULTI_TAGS_FLAG is passed through)
+    source_offset: int | None = None  # offset in the store a copied record came from (re-points tx offsets)
+
+    def properties_dict(self) -> dict[str, str]:
+        """The properties as the broker's parser reads them back (``properties_raw`` is parsed)."""
+        if self.properties_raw is not None:
+            return parse_properties(self.properties_raw.decode("utf-8", "replace"))
+        return {k: v for k, v in self._props().items() if len(k) + len(v) >= 2 and k and v}
 
     def build_properties(self) -> bytes:
         if self.properties_raw is not None:
             return self.properties_raw
+        return properties_bytes(self._props())
+
+    def _props(self) -> dict[str, str]:
         props: dict[str, str] = {}
         if self.keys:
             props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
@@ -95,12 +165,19 @@ class MessageSpec:
         props.update(self.properties)
         if self.tags:
             props[PROPERTY_TAGS] = self.tags
-        return properties_bytes(props)
+        return props
+
+    def has_uniq_key(self) -> bool:
+        if self.uniq_key:
+            return True
+        if self.properties_raw is not None:
+            return True  # raw properties are written verbatim: never add a key to them
+        return PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in self.properties
 
 
 @dataclass
 class Appended:
-    """Where a record landed."""
+    """Where a record landed (``blank_at``: offset of the end-of-file blank written before it)."""
 
     offset: int
     size: int
@@ -109,6 +186,8 @@ class Appended:
     uniq_key: str | None
     topic: str
     queue_id: int
+    store_timestamp: int = 0
+    blank_at: int | None = None
 
 
 def compress_body(body: bytes, compression: str | None) -> tuple[bytes, int]:
@@ -130,13 +209,172 @@ def compress_body(body: bytes, compression: str | None) -> tuple[bytes, int]:
     raise FormatError(f"unknown compression {compression!r}")
 
 
+# --- durability helpers -------------------------------------------------------------------------
+
+
+def fsync_fd(fd: int, what: str | os.PathLike) -> None:
+    """fsync one descriptor; an error is a failure (never retried: the kernel may have dropped the data)."""
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        raise StoreError(f"fsync failed: {e.strerror}; the data written since the last sync may be lost",
+                         what) from None
+
+
+def fsync_path(path: str | os.PathLike) -> None:
+    """fsync a regular file by path (never following a symlink)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as e:
+        raise StoreError(f"cannot open for fsync: {e.strerror}", path) from None
+    try:
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike) -> None:
+    """fsync a directory so new or removed entries in it are durable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as e:
+        raise StoreError(f"cannot open directory for fsync: {e.strerror}", path) from None
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EROFS):  # some filesystems cannot fsync directories
+            raise StoreError(f"directory fsync failed: {e.strerror}", path) from None
+    finally:
+        os.close(fd)
+
+
+def ensure_store_dir(root: Path, *parts: str, create: bool = True) -> tuple[Path, list[Path]]:
+    """``root/parts...`` as real directories (never a symlink), creating missing ones.
+
+    Returns the path and the parents whose entries changed (to fsync). Raises
+    :class:`StoreError` for a symlink, a non-directory or an unsafe name.
+    """
+    path = root
+    changed: list[Path] = []
+    for part in parts:
+        if not is_safe_component(part):
+            raise StoreError(f"refusing unsafe directory name {part!r}", path)
+        nxt = path / part
+        try:
+            st = os.lstat(nxt)
+        except FileNotFoundError:
+            if not create:
+                return nxt, changed
+            try:
+                os.mkdir(nxt, 0o755)
+            except FileExistsError:
+                st = os.lstat(nxt)
+            except OSError as e:
+                raise StoreError(f"cannot create directory: {e.strerror}", nxt) from None
+            else:
+                changed.append(path)
+                path = nxt
+                continue
+        except OSError as e:
+            raise StoreError(f"cannot stat: {e.strerror}", nxt) from None
+        if stat.S_ISLNK(st.st_mode):
+            raise StoreError("is a symlink; refusing to follow it out of the store", nxt)
+        if not stat.S_ISDIR(st.st_mode):
+            raise StoreError("is not a directory", nxt)
+        path = nxt
+    return path, changed
+
+
+@dataclass
+class _Dispatch:
+    """What the dispatchers need of one record (computed before it is written)."""
+
+    topic: str
+    queue_id: int
+    phys: int
+    size: int
+    queue_offset: int
+    store_ts: int
+    tags_code: int | None  # None: no ConsumeQueue entry (PREPARED / ROLLBACK)
+    index_hashes: list[int]
+
+
+class _IndexRoller:
+    """``IndexService`` for the writer: continue the last index file, roll full ones (fsynced first)."""
+
+    def __init__(self, root: Path, slots: int, entries: int, name_clock, utc: bool):
+        self.root = root
+        self.slots = slots
+        self.entries = entries
+        self.name_clock = name_clock
+        self.utc = utc
+        self.writer = None
+        self.full_end_timestamp = 0  # endTimestamp of the last full file made durable
+        self.new_files: list[Path] = []
+        self._opened = False
+
+    def _current(self):
+        from .indexfile import IndexFileWriter, list_index_files
+
+        if not self._opened:
+            self._opened = True
+            files = list_index_files(self.root)
+            if files:
+                self.writer = IndexFileWriter.open(files[-1], self.slots, self.entries)
+        w = self.writer
+        if w is not None and not w.is_full:
+            return w
+        end_phy, end_ts = (w.header.end_phy_offset, w.header.end_timestamp) if w else (0, 0)
+        if w is not None:
+            self._finish(w)
+        index_dir, _ = ensure_store_dir(self.root, STORE_INDEX_DIR)
+        self.writer = IndexFileWriter.create_in(index_dir, self.slots, self.entries, end_phy, end_ts,
+                                                self.name_clock(), self.utc)
+        self.new_files.append(self.writer.path)
+        return self.writer
+
+    def _finish(self, w) -> None:
+        """A full file: make it durable before closing it (the broker flushes it, then the checkpoint)."""
+        try:
+            w.fsync()
+        except OSError as e:
+            raise StoreError(f"fsync failed: {e.strerror}", w.path) from None
+        self.full_end_timestamp = max(self.full_end_timestamp, w.header.end_timestamp)
+        w.close()
+        self.writer = None
+
+    def put(self, hashes: list[int], phys: list[int], tss: list[int]) -> None:
+        done, n = 0, len(hashes)
+        while done < n:
+            w = self._current()
+            if done == 0 and phys[0] < w.header.end_phy_offset:
+                # ``buildIndex`` skips records below the file's endPhyOffset (already indexed)
+                skip = next((i for i, p in enumerate(phys) if p >= w.header.end_phy_offset), n)
+                done = skip
+                continue
+            done += w.bulk_put(hashes[done:], phys[done:], tss[done:])
+
+    def fsync(self) -> None:
+        if self.writer is not None:
+            try:
+                self.writer.fsync()
+            except OSError as e:
+                raise StoreError(f"fsync failed: {e.strerror}", self.writer.path) from None
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
 class StoreWriter:
     """Append records to a store directory (creating it if needed), dispatching CQ and index.
 
     ``start_offset`` is where the next record goes (the end of valid data of an existing
     store); ``queue_offsets`` maps ``(topic, queue_id)`` to the next QUEUEOFFSET (read from
-    the ConsumeQueues when omitted). The caller is responsible for locking and durability
-    order (:meth:`sync` fsyncs data, then metadata, then directories).
+    the ConsumeQueues when omitted). The caller is responsible for locking; :meth:`sync`
+    makes everything appended so far durable (data, then metadata, then directories).
+    With ``dry_run`` nothing is created or written: :meth:`append` only reports placement.
     """
 
     def __init__(self, root: str | os.PathLike, *, commitlog_file_size: int = MAPPED_FILE_SIZE_COMMITLOG,
@@ -144,8 +382,11 @@ class StoreWriter:
                  index_entries: int = MAX_INDEX_NUM, start_offset: int = 0,
                  queue_offsets: dict[tuple[str, int], int] | None = None, store_host: str = "127.0.0.1:10911",
                  clock=None, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS, build_index: bool = True,
-                 index_name_clock=None):
+                 index_name_clock=None, index_utc: bool = True, dry_run: bool = False,
+                 commit_header_last: bool = True):
         self.root = Path(root)
+        if commitlog_file_size <= END_FILE_MIN_BLANK_LENGTH:
+            raise FormatError(f"bad commitlog file size {commitlog_file_size}")
         self.file_size = commitlog_file_size
         self.cq_file_size = cq_file_size
         self.index_slots = index_slots
@@ -153,88 +394,185 @@ class StoreWriter:
         self.offset = start_offset
         self.queue_offsets = dict(queue_offsets or {})
         self.store_host = store_host
+        self._store_addr = _host(store_host)
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.index_name_clock = index_name_clock or self.clock
         self.delay_levels_ms = delay_levels_ms
         self.build_index = build_index
-        for d in (STORE_COMMITLOG_DIR, STORE_CONSUMEQUEUE_DIR, STORE_INDEX_DIR):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
+        self.dry_run = dry_run
+        self.commit_header_last = commit_header_last
+        self._classloader = int.from_bytes(secrets.token_bytes(4), "big", signed=True)
+        self._uniq_counter = itertools.count(secrets.randbelow(1 << 16))
+        self._failed: str | None = None
         self._seg_fd: int | None = None
         self._seg_start = -1
         self._cq: dict[tuple[str, int], object] = {}
-        self._index = None
+        self._cq_dirty: set[tuple[str, int]] = set()
+        self._index: _IndexRoller | None = None
         self._dirty_segments: set[int] = set()
-        self._new_files: set[Path] = set()
+        self._new_segment = False
+        self._dirs_to_sync: set[Path] = set()
+        self._buf = bytearray()
+        self._buf_off = start_offset
+        self._head: tuple[int, bytes] | None = None  # held-back first 8 bytes of the current batch
+        self._batch_started = False
+        self._pending: list[_Dispatch] = []
         self.last_store_timestamp = 0
         self.last_cq_timestamp = 0
+        self.max_store_timestamp = 0
+        self.max_cq_timestamp = 0
+        self.durable_offset = start_offset  # end of the records made durable by sync()
+        if not dry_run:
+            if not self.root.exists():
+                try:
+                    self.root.mkdir(parents=True)
+                except OSError as e:
+                    raise StoreError(f"cannot create store directory: {e.strerror}", self.root) from None
+            for d in (STORE_COMMITLOG_DIR, STORE_CONSUMEQUEUE_DIR, STORE_INDEX_DIR):
+                _, changed = ensure_store_dir(self.root, d)
+                self._dirs_to_sync.update(changed)
 
-    # --- commitlog ---------------------------------------------------------------------------
+    # --- state ---------------------------------------------------------------------------------
+    @property
+    def index_msg_timestamp(self) -> int:
+        """endTimestamp of the last index file that filled up and was made durable (0: none)."""
+        return self._index.full_end_timestamp if self._index else 0
+
+    @property
+    def new_index_files(self) -> list[Path]:
+        return list(self._index.new_files) if self._index else []
+
+    def _check_usable(self) -> None:
+        if self._failed:
+            raise StoreError(f"writer unusable after an earlier failure: {self._failed}", self.root)
+
+    def _fail(self, exc: StoreError) -> StoreError:
+        self._failed = str(exc)
+        return exc
+
+    # --- commitlog -----------------------------------------------------------------------------
+    def _segment_path(self, start: int) -> Path:
+        return self.root / STORE_COMMITLOG_DIR / offset_to_file_name(start)
+
     def _segment_fd(self, start: int) -> int:
         if self._seg_start == start and self._seg_fd is not None:
             return self._seg_fd
         if self._seg_fd is not None:
             os.close(self._seg_fd)
             self._seg_fd = None
-        path = self.root / STORE_COMMITLOG_DIR / offset_to_file_name(start)
-        flags = os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        path = self._segment_path(start)
+        flags = os.O_RDWR | os.O_NOFOLLOW | _O_CLOEXEC
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-            os.ftruncate(fd, self.file_size)
-            self._new_files.add(path)
-        except FileExistsError:
-            fd = os.open(path, flags)
-            if os.fstat(fd).st_size != self.file_size:
+            try:
+                os.ftruncate(fd, self.file_size)
+            except OSError:
                 os.close(fd)
-                raise StoreError(f"segment is not the store's file size {self.file_size}", path) from None
+                raise
+            self._new_segment = True
+        except FileExistsError:
+            try:
+                fd = os.open(path, flags)
+            except OSError as e:
+                raise StoreError(f"cannot open segment: {e.strerror}", path) from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != self.file_size:
+                os.close(fd)
+                raise StoreError(f"segment is not a regular file of the store's file size {self.file_size}",
+                                 path) from None
         except OSError as e:
             raise StoreError(f"cannot create segment: {e.strerror}", path) from None
         self._seg_fd, self._seg_start = fd, start
         return fd
 
-    def _pwrite(self, data: bytes, offset: int) -> None:
+    def _pwrite(self, data, offset: int) -> None:
         start = offset - offset % self.file_size
         fd = self._segment_fd(start)
+        view = memoryview(data)
+        pos = offset - start
         try:
-            os.pwrite(fd, data, offset - start)
+            while view:
+                n = os.pwrite(fd, view, pos)
+                view, pos = view[n:], pos + n
         except OSError as e:
-            raise StoreError(f"write failed: {e.strerror}", self.root / STORE_COMMITLOG_DIR / offset_to_file_name(start),
-                             offset - start) from None
+            raise self._fail(StoreError(f"write failed: {e.strerror}", self._segment_path(start), pos)) from None
         self._dirty_segments.add(start)
+
+    def _buffer(self, data: bytes, offset: int) -> None:
+        """Queue bytes for ``offset`` (contiguous with the buffer, same segment), flushing as needed."""
+        if self._buf and (offset != self._buf_off + len(self._buf)
+                          or offset // self.file_size != self._buf_off // self.file_size):
+            self._flush_buffer()
+        if not self._buf:
+            self._buf_off = offset
+        self._buf += data
+        if len(self._buf) >= WRITE_CHUNK:
+            self._flush_buffer()
+
+    def _flush_buffer(self) -> None:
+        if not self._buf:
+            return
+        buf, off = self._buf, self._buf_off
+        self._buf = bytearray()
+        if self.commit_header_last and not self._batch_started:
+            # the batch's first 8 bytes are written last: until then recovery sees zeros here
+            self._head = (off, bytes(buf[:8]))
+            self._batch_started = True
+            if len(buf) > 8:
+                self._pwrite(memoryview(buf)[8:], off + 8)
+            else:
+                self._segment_fd(off - off % self.file_size)
+        else:
+            self._batch_started = True
+            self._pwrite(buf, off)
 
     # --- records -----------------------------------------------------------------------------
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         key = (topic, queue_id)
         if key not in self.queue_offsets:
-            cq = self._cq_writer(topic, queue_id)
-            self.queue_offsets[key] = cq.next_queue_offset
+            if self.dry_run:
+                self.queue_offsets[key] = _read_next_queue_offset(self.root, topic, queue_id, self.cq_file_size)
+            else:
+                self.queue_offsets[key] = self._cq_writer(topic, queue_id).next_queue_offset
         return self.queue_offsets[key]
 
     def _cq_writer(self, topic: str, queue_id: int):
         from .consumequeue import ConsumeQueueWriter
-        from .paths import safe_child
 
         key = (topic, queue_id)
         w = self._cq.get(key)
         if w is None:
-            qdir = safe_child(self.root / STORE_CONSUMEQUEUE_DIR, topic) / str(queue_id)
+            qdir, changed = ensure_store_dir(self.root, STORE_CONSUMEQUEUE_DIR, topic, str(queue_id))
+            self._dirs_to_sync.update(changed)
             w = ConsumeQueueWriter(qdir, self.cq_file_size)
             self._cq[key] = w
         return w
 
-    def encode(self, spec: MessageSpec, physical_offset: int, queue_offset: int, store_ts: int) -> bytes:
-        body, sys_flag = compress_body(spec.body, spec.compression)
+    def encode(self, spec: MessageSpec, physical_offset: int, queue_offset: int, store_ts: int,
+               properties: bytes | None = None) -> bytes:
+        if spec.compressed_flags:
+            if spec.compression:
+                raise FormatError("compression and compressed_flags are exclusive")
+            body = spec.body
+            sys_flag = spec.compressed_flags & (COMPRESSED_FLAG | COMPRESSION_TYPE_COMPARATOR)
+        else:
+            body, sys_flag = compress_body(spec.body, spec.compression)
+        if spec.extra_sys_flag & (INNER_BATCH_FLAG | NEED_UNWRAP_FLAG):
+            raise FormatError("inner-batch records (BatchConsumeQueue topics) cannot be appended")
+        sys_flag |= spec.extra_sys_flag & _PASS_THROUGH_FLAGS
         sys_flag |= spec.transaction & TRANSACTION_TYPE_MASK
-        born_addr, born_port = parse_host(spec.born_host)
-        store_addr, store_port = parse_host(spec.store_host or self.store_host)
+        born_addr, born_port = _host(spec.born_host)
+        store_addr, store_port = _host(spec.store_host) if spec.store_host else self._store_addr
         if len(born_addr) == 16:
             sys_flag |= BORNHOST_V6_FLAG
         if len(store_addr) == 16:
             sys_flag |= STOREHOSTADDRESS_V6_FLAG
         if spec.compression in ("lz4", "zstd", "zlib") and sys_flag & COMPRESSION_TYPE_COMPARATOR == 0:
             raise FormatError("compression bits lost")
-        magic = spec.magic if spec.magic is not None else choose_magic(spec.topic)
+        magic = spec.magic if spec.magic is not None else _choose_magic(spec.topic)
         rec = encode_fields(
-            topic=spec.topic.encode("utf-8"), body=body, properties=spec.build_properties(),
+            topic=spec.topic.encode("utf-8"), body=body,
+            properties=spec.build_properties() if properties is None else properties,
             queue_id=spec.queue_id, flag=spec.flag, queue_offset=queue_offset, physical_offset=physical_offset,
             sys_flag=sys_flag, born_timestamp=spec.born_timestamp if spec.born_timestamp is not None else store_ts,
             born_addr=born_addr, born_port=born_port, store_timestamp=store_ts, store_addr=store_addr,
@@ -243,109 +581,204 @@ class StoreWriter:
         )
         return with_record_crc(rec) if spec.record_crc else rec
 
+    def _generate_uniq_key(self, spec: MessageSpec, born_ts: int) -> str:
+        addr, _ = _host(spec.born_host)
+        return make_uniq_key(addr, os.getpid(), self._classloader, born_ts, next(self._uniq_counter))
+
     def append(self, spec: MessageSpec) -> Appended:
-        """Encode, place (rolling to a new segment when needed) and dispatch one record."""
-        if spec.uniq_key is None and spec.auto_uniq_key and spec.properties_raw is None:
-            spec.uniq_key = make_uniq_key(b"\x7f\x00\x00\x01", os.getpid(), 0x5EED, self.clock(), next(_counter))
+        """Encode, place (rolling to a new segment when needed) and queue the dispatch of one record.
+
+        Nothing is durable (nor dispatched) until :meth:`sync`. Validation errors are raised
+        before any byte of the record is written.
+        """
+        self._check_usable()
         store_ts = spec.store_timestamp if spec.store_timestamp is not None else self.clock()
+        if spec.auto_uniq_key and not spec.has_uniq_key():
+            spec.uniq_key = self._generate_uniq_key(
+                spec, spec.born_timestamp if spec.born_timestamp is not None else store_ts)
+        props_raw = spec.build_properties()
+        props = spec.properties_dict() if spec.properties_raw is None else \
+            parse_properties(props_raw.decode("utf-8", "replace"))
         tran = spec.transaction & TRANSACTION_TYPE_MASK
         dispatchable = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
         if spec.queue_offset is not None:
             qoff = spec.queue_offset
         else:
             qoff = self.next_queue_offset(spec.topic, spec.queue_id) if dispatchable else 0
-        rec = self.encode(spec, self.offset, qoff, store_ts)
-        remaining = self.file_size - self.offset % self.file_size
+        tags_code = None
+        if dispatchable:
+            if spec.topic != SCHEDULE_TOPIC:
+                tags = props.get(PROPERTY_TAGS)
+                tags_code = 0
+                if tags:
+                    tags_code = _hash32(tags)
+                    tags_code -= (tags_code & 0x80000000) << 1  # signed int32, sign-extended
+            else:
+                try:
+                    tags_code = dispatch_tags_code(spec.topic, props, store_ts, self.delay_levels_ms)
+                except ValueError:
+                    raise FormatError(f"malformed {PROPERTY_DELAY_TIME_LEVEL} property") from None
+        rec = self.encode(spec, self.offset, qoff, store_ts, props_raw)
         if len(rec) + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             raise FormatError(f"record of {len(rec)} bytes cannot fit a {self.file_size} byte segment")
+        remaining = self.file_size - self.offset % self.file_size
+        blank_at = None
         if len(rec) + END_FILE_MIN_BLANK_LENGTH > remaining:
-            self._pwrite(encode_blank(remaining), self.offset)
+            blank_at = self.offset
+            if not self.dry_run:
+                self._buffer(encode_blank(remaining), self.offset)
             self.offset += remaining
-            rec = self.encode(spec, self.offset, qoff, store_ts)
+            rec = self.encode(spec, self.offset, qoff, store_ts, props_raw)
         phys = self.offset
-        self._pwrite(rec, phys)
+        if not self.dry_run:
+            self._buffer(rec, phys)
         self.offset += len(rec)
         self.last_store_timestamp = store_ts
+        self.max_store_timestamp = max(self.max_store_timestamp, store_ts)
         if dispatchable:
             self.queue_offsets[(spec.topic, spec.queue_id)] = qoff + 1
-        self._dispatch(spec, rec, phys, qoff, store_ts, tran)
-        from .msgid import create_offset_msg_id
-
-        store_addr, store_port = parse_host(spec.store_host or self.store_host)
-        props = parse_properties(spec.build_properties().decode("utf-8", "replace"))
-        return Appended(phys, len(rec), qoff, create_offset_msg_id(store_addr, store_port, phys),
-                        props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), spec.topic, spec.queue_id)
-
-    def _dispatch(self, spec: MessageSpec, rec: bytes, phys: int, qoff: int, store_ts: int, tran: int) -> None:
-        props = parse_properties(spec.build_properties().decode("utf-8", "replace"))
-        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            try:
-                tags_code = dispatch_tags_code(spec.topic, props, store_ts, self.delay_levels_ms)
-            except ValueError:
-                raise FormatError(f"malformed {PROPERTY_DELAY_TIME_LEVEL} property") from None
-            self._cq_writer(spec.topic, spec.queue_id).put_message_position_info(phys, len(rec), tags_code, qoff)
-            self.last_cq_timestamp = store_ts
+        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+        hashes: list[int] = []
         if self.build_index and tran != TRANSACTION_ROLLBACK_TYPE:
-            self._put_index(spec.topic, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), props.get(PROPERTY_KEYS),
-                            phys, store_ts, tran)
+            if uniq is not None:
+                hashes.append(index_hash(index_key(spec.topic, uniq)))
+            hashes.extend(index_hash(index_key(spec.topic, k)) for k in split_keys(props.get(PROPERTY_KEYS)))
+        if not self.dry_run:
+            self._pending.append(_Dispatch(spec.topic, spec.queue_id, phys, len(rec), qoff, store_ts, tags_code,
+                                           hashes))
+        store_addr, store_port = _host(spec.store_host) if spec.store_host else self._store_addr
+        return Appended(phys, len(rec), qoff, create_offset_msg_id(store_addr, store_port, phys), uniq, spec.topic,
+                        spec.queue_id, store_ts, blank_at)
 
-    def _put_index(self, topic, uniq, keys, phys, store_ts, tran) -> None:
-        from .indexfile import IndexBuilder, IndexFileWriter, list_index_files
-
-        if self._index is None:
-            self._index = IndexBuilder(self.root / STORE_INDEX_DIR, self.index_slots, self.index_entries,
-                                       clock_ms=self.index_name_clock, utc=True)
-            files = list_index_files(self.root)
-            if files:
-                self._index.writer = IndexFileWriter.open(files[-1], self.index_slots, self.index_entries)
-        before = self._index.writer
-        self._index.add_message(topic, uniq, keys, phys, store_ts, tran)
-        if self._index.writer is not before:
-            self._new_files.add(self._index.writer.path)
+    # --- dispatch --------------------------------------------------------------------------------
+    def _dispatch_pending(self) -> None:
+        """CQ and index entries for the records appended since the last dispatch, in commitlog order."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        try:
+            hashes: list[int] = []
+            phys: list[int] = []
+            tss: list[int] = []
+            for d in pending:
+                if d.tags_code is not None:
+                    cq = self._cq_writer(d.topic, d.queue_id)
+                    cq.put_message_position_info(d.phys, d.size, d.tags_code, d.queue_offset)
+                    self._cq_dirty.add((d.topic, d.queue_id))
+                    self.last_cq_timestamp = d.store_ts
+                    self.max_cq_timestamp = max(self.max_cq_timestamp, d.store_ts)
+                for h in d.index_hashes:
+                    hashes.append(h)
+                    phys.append(d.phys)
+                    tss.append(d.store_ts)
+            if hashes:
+                if self._index is None:
+                    self._index = _IndexRoller(self.root, self.index_slots, self.index_entries,
+                                               self.index_name_clock, True)
+                before = len(self._index.new_files)
+                self._index.put(hashes, phys, tss)
+                if len(self._index.new_files) > before:
+                    self._dirs_to_sync.add(self.root / STORE_INDEX_DIR)
+        except StoreError as e:
+            raise self._fail(e) from None
+        except OSError as e:
+            raise self._fail(StoreError(f"dispatch failed: {e.strerror}", self.root)) from None
 
     # --- durability ----------------------------------------------------------------------------
     def sync(self) -> None:
-        """fsync written segments, CQ files, the index file, then the directories of new files."""
-        if self._seg_fd is not None and self._seg_start in self._dirty_segments:
-            os.fsync(self._seg_fd)
-        for start in self._dirty_segments - {self._seg_start}:
-            path = self.root / STORE_COMMITLOG_DIR / offset_to_file_name(start)
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        """Make every record appended so far durable, then dispatch and make the metadata durable.
+
+        Order: commitlog bytes (all but the batch's first 8) → fsync segments → commitlog
+        directory if a segment was created → the held-back 8 bytes → fsync (the commit
+        point: recovery now sees the batch) → ConsumeQueue and index writes → fsync of
+        those files (full index files were fsynced when they filled) → fsync of the
+        directories that gained entries. Any failure is raised and the writer refuses
+        further use.
+        """
+        self._check_usable()
+        if self.dry_run:
+            return
+        try:
+            self._flush_buffer()
+            self._sync_segments()
+            if self._new_segment:
+                fsync_dir(self.root / STORE_COMMITLOG_DIR)
+                self._new_segment = False
+            if self._head is not None:
+                off, head = self._head
+                self._head = None
+                self._pwrite(head, off)
+                self._sync_segments()
+            self._batch_started = False
+            self.durable_offset = self.offset
+            self._dispatch_pending()
+            for key in sorted(self._cq_dirty):
+                self._cq[key].fsync()
+            self._cq_dirty.clear()
+            if self._index is not None:
+                self._index.fsync()
+            for d in sorted(self._dirs_to_sync, key=lambda p: -len(p.parts)):
+                fsync_dir(d)
+            self._dirs_to_sync.clear()
+        except StoreError as e:
+            raise self._fail(e) from None
+        except OSError as e:
+            raise self._fail(StoreError(f"sync failed: {e.strerror}", self.root)) from None
+
+    def _sync_segments(self) -> None:
+        for start in sorted(self._dirty_segments):
+            if start == self._seg_start and self._seg_fd is not None:
+                fsync_fd(self._seg_fd, self._segment_path(start))
+            else:
+                fsync_path(self._segment_path(start))
         self._dirty_segments.clear()
-        for w in self._cq.values():
-            w.fsync()
-        if self._index is not None and self._index.writer is not None:
-            self._index.writer.fsync()
-        for d in {p.parent for p in self._new_files} | {self.root / STORE_COMMITLOG_DIR}:
-            fsync_dir(d)
-        self._new_files.clear()
 
     def close(self) -> None:
-        if self._seg_fd is not None:
-            os.close(self._seg_fd)
-            self._seg_fd = None
-        for w in self._cq.values():
-            w.close()
-        self._cq.clear()
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        """Write out buffered records and pending dispatches (no fsync: call :meth:`sync` first)."""
+        try:
+            if not self.dry_run and not self._failed:
+                self._flush_buffer()
+                if self._head is not None:
+                    off, head = self._head
+                    self._head = None
+                    self._pwrite(head, off)
+                self._batch_started = False
+                self._dispatch_pending()
+        finally:
+            if self._seg_fd is not None:
+                os.close(self._seg_fd)
+                self._seg_fd = None
+            for w in self._cq.values():
+                w.close()
+            self._cq.clear()
+            if self._index is not None:
+                self._index.close()
+
+    def abandon(self) -> None:
+        """Close every descriptor without writing anything still buffered or pending."""
+        self._buf = bytearray()
+        self._head = None
+        self._pending = []
+        self._failed = self._failed or "abandoned"
+        self.close()
 
     def __enter__(self) -> StoreWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None and self._failed:
+            self.abandon()
+        else:
+            self.close()
 
 
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so new entries in it are durable."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _read_next_queue_offset(root: Path, topic: str, queue_id: int, cq_file_size: int) -> int:
+    """The next QUEUEOFFSET of a queue as the broker would assign it (read-only)."""
+    from .consumequeue import ConsumeQueue
+
+    if not is_safe_component(topic):
+        raise StoreError(f"refusing unsafe topic directory name {topic!r}", root / STORE_CONSUMEQUEUE_DIR)
+    qdir = root / STORE_CONSUMEQUEUE_DIR / topic / str(queue_id)
+    if not qdir.is_dir() or qdir.is_symlink():
+        return 0
+    return ConsumeQueue(qdir, topic, queue_id, cq_file_size).max_offset

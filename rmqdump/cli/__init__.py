@@ -14,6 +14,8 @@ from .. import __version__
 # so `rmqdump --help` stays fast.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("rmqdump.cli.info", "info", "Summarise a store: segments, queues, index files, checkpoint, lock."),
+    "append": ("rmqdump.cli.append", "append", "Append messages to a stopped broker's store (under its lock)."),
+    "repair": ("rmqdump.cli.repair", "repair", "Plan or apply the repair of a damaged store; undo a repair."),
     "scan": ("rmqdump.cli.scan", "scan", "Walk the commitlog and print its records."),
     "export": ("rmqdump.cli.export", "export", "Export records to Parquet or JSONL on this machine (pyarrow)."),
     "spark": ("rmqdump.cli.spark", "spark", "Jobs over many stores on Spark: export, verify, stats, lookup."),

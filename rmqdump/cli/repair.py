@@ -1,0 +1,150 @@
+"""`rmqdump repair`: plan (default) or apply the repair of a damaged store; undo a repair."""
+
+from __future__ import annotations
+
+import click
+
+from ..errors import LockError, StoreError
+from .output import default_format, diag, emit_document
+
+
+def _render_plan(console, doc) -> None:
+    from rich.text import Text
+
+    def line(text: str, style: str = "") -> None:
+        console.print(Text(text, style=style))
+
+    line(f"repair plan for {doc['store']}", "bold")
+    line(f"  broker recovery: {doc['mode']} ({doc['reason']})")
+    if doc.get("blocked") and not doc.get("salvage_needed"):
+        line(f"  cannot repair: {doc['blocked']}", "red")
+        return
+    if doc["broker_end"] is not None:
+        line(f"  the broker's recovery would end the commitlog at {doc['broker_end']}"
+             + (f" and delete {doc['broker_would_lose']} intact records after the damage"
+                if doc["broker_would_lose"] else ""))
+    for s in doc["steps"]:
+        g, a = s["group"], s["action"]
+        if a == "end":
+            line(f"  commitlog: end of valid data at {s['offset']}" + (f" — {s['detail']}" if s.get("detail") else ""))
+        elif a in ("neutralise", "recrc"):
+            line(f"  - commitlog: {s['detail']} at {s['offset']}")
+        elif a == "truncate":
+            line(f"  - commitlog: truncate at {s['offset']} ({s['file']} position {s['position']}): "
+                 f"zero {s['zero_bytes']} bytes from {s['zero_from']}")
+        elif a == "delete" and g == "commitlog":
+            line(f"  - commitlog: delete {s['file']}" + ("" if s["has_data"] else " (all zeros)"))
+        elif a == "drop":
+            line(f"  - consumequeue {s['queue']}: drop {s['entries']} entries at or after the end")
+        elif a == "dispatch":
+            line(f"  - consumequeue {s['queue']}: add {s['entries']} entries ({s['detail']})")
+        elif a == "rebuild" and g == "index":
+            line(f"  - index: rebuild {s['file']} ({s['entries_after']} entries, was {s['entries_before']}): "
+                 + "; ".join(s["reasons"]))
+        elif a == "fix":
+            b, af = s["before"], s["after"]
+            diffs = [f"{k} {b[k]} -> {af[k]}" for k in ("physicMsgTimestamp", "logicsMsgTimestamp",
+                                                         "indexMsgTimestamp") if b[k] != af[k]]
+            line(f"  - checkpoint: {', '.join(diffs)}")
+        elif a == "remove":
+            line(f"  - abort: remove ({s['detail']})")
+        else:
+            line(f"  - {g}: {a} " + " ".join(f"{k}={v}" for k, v in s.items() if k not in ("group", "action")))
+    if doc["salvage_needed"]:
+        line("  salvage choices (intact records lie after the damage):", "yellow")
+        for c in doc["choices"]:
+            mark = "*" if c["name"] == doc.get("salvage") else " "
+            line(f"   {mark} --salvage {c['name']}: end {c['end']}, keeps {c['keeps_after_damage']} of the records "
+                 f"after the damage, loses {c['loses']} — {c['detail']}")
+    for w in doc["warnings"]:
+        line(f"  warning: {w}", "yellow")
+    line(f"  outcome: {doc['records_kept']} messages, commitlog end {doc['end']}; "
+         f"{len(doc['changes'])} changes, {doc['bytes_changed']} bytes")
+
+
+@click.command()
+@click.argument("store", type=click.Path(path_type=str), metavar="STORE", required=False)
+@click.option("--apply", "do_apply", is_flag=True, help="Perform the repair (under the broker's lock, after a backup).")
+@click.option("--salvage", type=click.Choice(("truncate", "filler", "recrc")), default=None,
+              help="When intact records follow damage: truncate (as the broker would), filler (neutralise the "
+                   "damage with filler records and keep what follows) or recrc (filler, but keep records whose only "
+                   "fault is the body CRC by rewriting it).")
+@click.option("--backup-dir", type=click.Path(path_type=str), default=None,
+              help="Where --apply copies what it changes (default: STORE.rmqdump-backup-<time> beside the store).")
+@click.option("--undo", "undo", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
+              metavar="BACKUP", help="Restore the store from a repair backup (byte-identical, sha256-verified).")
+@click.option("--force", is_flag=True, help="--undo: restore even if the store changed since the repair.")
+@click.option("--rebuild-cq", is_flag=True, help="Regenerate every consume queue from the commitlog.")
+@click.option("--rebuild-index", is_flag=True, help="Regenerate every index file from the commitlog.")
+@click.option("--to", "to_dir", type=click.Path(path_type=str), default=None,
+              help="With --rebuild-cq/--rebuild-index: write into this directory; the store is not touched.")
+@click.option("--format", "-f", "fmt", type=click.Choice(("table", "json", "jsonl")), default=None,
+              help="Output format (default: table on a terminal, json when piped).")
+@click.option("--quiet", "-q", is_flag=True, help="No summary lines on stderr.")
+def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuild_index, to_dir, fmt, quiet):
+    """Plan the repair of STORE (dry run), or perform it with --apply.
+
+    The plan reaches the outcome of the broker's own recovery (truncate the commitlog at the
+    first bad record, drop the ConsumeQueue entries past it, fix the index and checkpoint)
+    without the broker's extra losses: damage in the middle offers --salvage choices, and
+    the index is rebuilt instead of deleted. --apply backs up every byte it changes;
+    `rmqdump repair --undo BACKUP` puts them back. Exit: 0 nothing to do / applied,
+    1 repair needed (dry run), 2 error.
+    """
+    from ..repair import apply_plan, plan_repair, rebuild_to, undo_backup
+
+    fmt = default_format(fmt)
+    if fmt == "csv":
+        fmt = "json"
+    if undo:
+        res = undo_backup(undo, store=store, force=force)
+        doc = {"store": str(res.store), "restored": res.restored, "verified": res.verified,
+               "changed_since_repair": res.mismatched_before}
+        if fmt == "table":
+            click.echo(f"restored {res.restored} changes in {res.store}; sha256 verified for {res.verified}")
+        else:
+            emit_document(doc, fmt, lambda c, d: None)
+        return
+    if not store:
+        raise click.UsageError("STORE is required (unless --undo BACKUP)")
+    if to_dir:
+        if not (rebuild_cq or rebuild_index):
+            raise click.UsageError("--to needs --rebuild-cq and/or --rebuild-index")
+        doc = rebuild_to(store, to_dir, cq=rebuild_cq, index=rebuild_index)
+        emit_document(doc, "json" if fmt == "table" else fmt, lambda c, d: None)
+        return
+    if do_apply:
+        plan, res = apply_plan(store, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
+                               backup_dir=backup_dir)
+        doc = plan.to_dict()
+        if res is not None:
+            doc["backup"] = str(res.backup)
+        emit_document(doc, fmt, _render_plan)
+        if not quiet:
+            if res is None:
+                diag("nothing to repair")
+            else:
+                diag(f"applied {res.changes} changes in {res.seconds:.2f} s; backup ({res.bytes_backed_up} bytes) in "
+                     f"{res.backup}; undo with: rmqdump repair --undo {res.backup}")
+        return
+    from ..lock import probe_lock
+
+    pid = probe_lock(store)
+    if pid is not None:
+        raise LockError(f"store is locked by process {pid} (a running broker?); a repair plan of a live store "
+                        "is meaningless", store, pid=pid)
+    plan = plan_repair(store, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index)
+    try:
+        doc = plan.to_dict()
+        emit_document(doc, fmt, _render_plan)
+    finally:
+        plan.cleanup()
+    if plan.blocked and not plan.salvage_needed:
+        raise StoreError(f"cannot repair: {plan.blocked}", store)
+    if plan.needs_repair:
+        if not quiet:
+            diag("dry run: nothing was changed; run again with --apply to perform this plan"
+                 + (" (and choose --salvage)" if plan.salvage_needed and not salvage else ""))
+        raise SystemExit(1)
+    if not quiet:
+        diag("the store needs no repair")
