@@ -144,16 +144,21 @@ class QueueState:
         return f"{self.topic}/{self.queue_id}"
 
 
-@dataclass(frozen=True)
-class CqProblem:
-    """A consume-queue file problem; ``fatal`` ones make the broker's ``load()`` fail."""
+class CqProblem(str):
+    """A consume-queue file problem, as the text ``"<file>: <message>"`` (a ``str``, so it
+    serialises as one) with ``file``, ``message`` and ``fatal`` (the broker's ``load()`` fails)."""
 
     file: str
     message: str
     fatal: bool
 
-    def __str__(self) -> str:
-        return f"{self.file}: {self.message}"
+    def __new__(cls, file: str, message: str, fatal: bool) -> CqProblem:
+        obj = super().__new__(cls, f"{file}: {message}")
+        obj.file, obj.message, obj.fatal = file, message, fatal
+        return obj
+
+    def __getnewargs__(self) -> tuple[str, str, bool]:
+        return self.file, self.message, self.fatal
 
 
 def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem]]:
