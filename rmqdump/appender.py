@@ -298,6 +298,7 @@ class StoreState:
     last_store_host: str | None = None
     abort: AbortInfo | None = None
     dirty: list[str] = field(default_factory=list)  # refusal reasons (override: force)
+    overwrite: list[str] = field(default_factory=list)  # old bytes an append would destroy (no override)
     warnings: list[str] = field(default_factory=list)
     queue_tails: dict[tuple[str, int], QueueTail] = field(default_factory=dict)
     cq_next: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -345,11 +346,11 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     if seg is not None:
         span = nonzero_span(seg.path, st.end - seg.start, seg.size)
         if span is not None:
-            st.dirty.append(f"{span[1] - span[0]} bytes of old data after the end in {seg.name} "
-                            f"(from position {span[0]})")
+            st.overwrite.append(f"{span[1] - span[0]} bytes of old data after the end in {seg.name} "
+                                f"(from position {span[0]})")
     for s in cl.segments:
         if s.start > st.end and nonzero_span(s.path, 0, s.size) is not None:
-            st.dirty.append(f"segment {s.name} after the end holds data (the broker would delete it)")
+            st.overwrite.append(f"segment {s.name} after the end holds data (the broker would delete it)")
     for q in pred.queues:
         st.dirty.append(f"ConsumeQueue {q.queue} has {q.count} entries at or after the end")
     # walk the recovered range for queue offsets and the last record
@@ -404,7 +405,7 @@ def _check_index(root: Path, st: StoreState) -> None:
 
 
 def refusal_message(st: StoreState) -> str:
-    return ("store is not clean: " + "; ".join(st.dirty)
+    return ("store is not clean: " + "; ".join(st.dirty + st.overwrite)
             + (f" [{'; '.join(st.warnings)}]" if st.warnings else "")
             + f"; run `rmqdump repair {st.root}` first (or --force to append anyway)")
 
@@ -475,8 +476,11 @@ class LockedAppender:
         evidence = broker_evidence(root, st.abort) if root.exists() else []
         if evidence:
             raise LockError("refusing to write: " + "; ".join(evidence), root)
-        if st.dirty and not self.force:
+        if (st.dirty or st.overwrite) and not self.force:
             raise StoreError(refusal_message(st), root)
+        if st.overwrite:  # never destroy bytes nobody can put back, not even with --force
+            raise StoreError("appending would overwrite old data: " + "; ".join(st.overwrite)
+                             + f"; run `rmqdump repair {root}` first (it keeps a backup of what it changes)", root)
         if st.new_store and not self.create and not (root / STORE_COMMITLOG_DIR).is_dir():
             raise StoreError("not a RocketMQ store (no commitlog/); use --init to create one", root)
         geo = self.geometry or store_geometry(root)
@@ -800,8 +804,10 @@ def bulk_append(store: str | os.PathLike, records: Iterable[MessageSpec | dict],
 
     ``records`` are :class:`MessageSpec` objects or dicts in the scan JSONL schema.
     ``on_ack`` is called for each record once it is durable. Keyword arguments go to
-    :class:`LockedAppender` (``force``, ``create``, ``geometry``, ``clock`` ...).
+    :class:`LockedAppender` (``force``, ``geometry``, ``clock`` ...); a missing store is
+    created (``create=True`` by default here, with ``geometry`` or the broker defaults).
     """
+    appender_kwargs.setdefault("create", True)
     res = BulkResult()
     t0 = time.perf_counter()
 

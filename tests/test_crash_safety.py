@@ -138,7 +138,8 @@ def check_store(store: Path, acks: list[tuple[int, ...]], full: bool) -> None:
     if full:
         errors = [f for f in verify_store(store).findings if f.severity == "error"]
         assert errors == [], errors
-    assert inspect_store(store).dirty == []
+    st = inspect_store(store)
+    assert st.dirty == [] and st.overwrite == []
 
 
 def test_kill9_at_random_points_then_repair(workdir):

@@ -90,7 +90,8 @@ def test_repair_crash_torn_matches_rocketmq_and_undo_restores(store_copy, tmp_pa
             extra += len(set(ours) - set(theirs))
     assert extra > 100
     assert not (store / "abort").exists() and errors(store) == []
-    assert inspect_store(store).dirty == []  # appendable again
+    st = inspect_store(store)
+    assert st.dirty == [] and st.overwrite == []  # appendable again
 
     doc = read_manifest(backup)
     assert doc["state"] == "applied" and doc["abort_before"] == ""
@@ -214,7 +215,8 @@ def test_half_written_append_batch_is_cut_off(store_copy, tmp_path):
     msgs = messages(store)
     assert [m.body for m in msgs[-20:]] == [b"acked %d" % i for i in range(20)]
     assert msgs[-1].offset + msgs[-1].size == plan.end == acked[-1].offset + acked[-1].size
-    assert errors(store) == [] and inspect_store(store).dirty == []
+    st = inspect_store(store)
+    assert errors(store) == [] and st.dirty == [] and st.overwrite == []
 
 
 # --- rebuild ------------------------------------------------------------------------------------------------

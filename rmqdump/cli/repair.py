@@ -63,7 +63,7 @@ def _render_plan(console, doc) -> None:
 
 
 @click.command()
-@click.argument("store", type=click.Path(path_type=str), metavar="STORE", required=False)
+@click.argument("store", type=click.Path(path_type=str), metavar="[STORE]", required=False)
 @click.option("--apply", "do_apply", is_flag=True, help="Perform the repair (under the broker's lock, after a backup).")
 @click.option("--salvage", type=click.Choice(("truncate", "filler", "recrc")), default=None,
               help="When intact records follow damage: truncate (as the broker would), filler (neutralise the "
@@ -79,7 +79,7 @@ def _render_plan(console, doc) -> None:
 @click.option("--to", "to_dir", type=click.Path(path_type=str), default=None,
               help="With --rebuild-cq/--rebuild-index: write into this directory; the store is not touched.")
 @click.option("--format", "-f", "fmt", type=click.Choice(("table", "json", "jsonl")), default=None,
-              help="Output format (default: table on a terminal, json when piped).")
+              help="Output format (default: table on a terminal, jsonl when piped).")
 @click.option("--quiet", "-q", is_flag=True, help="No summary lines on stderr.")
 def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuild_index, to_dir, fmt, quiet):
     """Plan the repair of STORE (dry run), or perform it with --apply.
