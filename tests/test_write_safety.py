@@ -88,25 +88,9 @@ def _plant(store: Path, outside: Path, rel: str, exists: bool) -> Path:
     return target
 
 
-_CQ_PROBLEM_BUG = {
-    "append": "rmqdump/appender.py:408: refusal_message() joins StoreState.warnings, which holds "
-              "recovery.CqProblem objects (appender.py:336), as strings: TypeError traceback instead of a "
-              "one-line refusal when a consume-queue file is a link, stray or of the wrong size",
-    "repair": "rmqdump/repair.py: the plan (plan.to_dict()) carries recovery.CqProblem objects in its warnings: "
-              "json.dumps raises TypeError in _write_manifest (repair.py:1293) and in the -f json plan output "
-              "(cli/repair.py:122) when a consume-queue file is a link, stray or of the wrong size",
-}
-
-
-def _xfail_cq_problem(request, cmd: str, what: str) -> None:
-    if what == "cq file":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=_CQ_PROBLEM_BUG[cmd]))
-
-
 @pytest.mark.parametrize("what,rel,exists", LINKS, ids=[x[0] for x in LINKS])
-def test_append_never_writes_through_a_link(request, tmp_path, what, rel, exists):
+def test_append_never_writes_through_a_link(tmp_path, what, rel, exists):
     _require("append")
-    _xfail_cq_problem(request, "append", what)
     store = _copy(tmp_path, "clean")
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -120,9 +104,8 @@ def test_append_never_writes_through_a_link(request, tmp_path, what, rel, exists
 
 
 @pytest.mark.parametrize("what,rel,exists", LINKS, ids=[x[0] for x in LINKS])
-def test_repair_apply_never_writes_through_a_link(request, tmp_path, what, rel, exists):
+def test_repair_apply_never_writes_through_a_link(tmp_path, what, rel, exists):
     _require("repair")
-    _xfail_cq_problem(request, "repair", what)
     store = _copy(tmp_path, "crash_torn")  # damaged: the repair truncates, fixes CQ, index, checkpoint
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -156,10 +139,10 @@ CQ_RUNS = {
 }
 
 
-@pytest.mark.parametrize("cmd", [pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=_CQ_PROBLEM_BUG[c]))
-                                 for c in sorted(CQ_RUNS)])
+@pytest.mark.parametrize("cmd", sorted(CQ_RUNS))
 def test_a_consume_queue_problem_is_reported_not_crashed(tmp_path, cmd):
-    """fixtures/bugs/cq-wrong-size: fixtures/store with TopicTest/0's CQ file cut to 580 bytes."""
+    """fixtures/bugs/cq-wrong-size: fixtures/store with TopicTest/0's CQ file cut to 580 bytes
+    (recovery.CqProblem objects in appender/repair warnings crashed both; fixed in b9ce84c)."""
     _require(cmd)
     from secutil import run_cli
 
