@@ -299,6 +299,7 @@ class StoreState:
     abort: AbortInfo | None = None
     dirty: list[str] = field(default_factory=list)  # refusal reasons (override: force)
     overwrite: list[str] = field(default_factory=list)  # old bytes an append would destroy (no override)
+    starting: list[str] = field(default_factory=list)  # signs of a broker starting up (no override)
     warnings: list[str] = field(default_factory=list)
     queue_tails: dict[tuple[str, int], QueueTail] = field(default_factory=dict)
     cq_next: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -380,9 +381,16 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     _check_index(root, st)
     if abort is not None and not abort.ours and st.last_store_timestamp and \
             abort.mtime_ms > st.last_store_timestamp + 1000:
-        st.warnings.append("abort is newer than the last record: a broker started after the last write "
-                           "(and may be starting now)")
+        st.starting.append(f"abort (written {_iso(abort.mtime_ms)}) is newer than the last record (stored "
+                           f"{_iso(st.last_store_timestamp)}): a broker started after the last write and may be "
+                           "recovering right now (it takes the lock only after its recovery)")
     return st
+
+
+def _iso(ms: int) -> str:
+    from .checkpoint import ms_to_iso
+
+    return ms_to_iso(ms)
 
 
 def _check_index(root: Path, st: StoreState) -> None:
@@ -481,6 +489,9 @@ class LockedAppender:
         if st.overwrite:  # never destroy bytes nobody can put back, not even with --force
             raise StoreError("appending would overwrite old data: " + "; ".join(st.overwrite)
                              + f"; run `rmqdump repair {root}` first (it keeps a backup of what it changes)", root)
+        if st.starting:
+            raise LockError("refusing to write: " + "; ".join(st.starting) + "; make sure no broker uses this store, "
+                            f"then run `rmqdump repair {root}`", root)
         if st.new_store and not self.create and not (root / STORE_COMMITLOG_DIR).is_dir():
             raise StoreError("not a RocketMQ store (no commitlog/); use --init to create one", root)
         geo = self.geometry or store_geometry(root)

@@ -171,6 +171,11 @@ def test_refuses_abort_and_dirty_tail_unless_forced(store_copy):
     kill9 = store_copy("crash_kill9")  # abort left by a real crash; the tail itself is clean
     out = run("append", kill9, "-t", "T", "--body", "x")
     assert out.exit_code == 2 and "abort file present" in out.output
+    # this copy's abort is newer than its last record: as if a broker had started since and were recovering
+    out = run("append", kill9, "-t", "T", "--body", "forced", "--force")
+    assert out.exit_code == 2 and "may be recovering right now" in out.output
+    last_ts = messages(kill9)[-1].store_timestamp
+    os.utime(kill9 / "abort", ns=((last_ts - 5000) * 1_000_000,) * 2)  # the abort of the crashed run itself
     out = run("append", kill9, "-t", "T", "--body", "forced", "--force", "-f", "jsonl")
     assert out.exit_code == 0, out.output
     ack = json.loads(out.stdout)
