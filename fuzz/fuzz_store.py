@@ -400,6 +400,28 @@ TARGETS = [t_decode, t_walk_raw, t_walk_patch, t_cq, t_index_raw, t_index_patch,
 TARGET_IDS = {f.__name__[2:]: i for i, f in enumerate(TARGETS)}
 
 
+#: Open bugs already reported, each with a fixture under fixtures/bugs/fuzz-open/ and a strict
+#: xfail test (tests/test_fuzz.py): (exception type name, file suffix, function) of the raising
+#: frame. They are not re-reported unless RMQDUMP_FUZZ_STRICT=1; remove an entry once fixed.
+KNOWN_OPEN = [
+    ("error", "rmqdump/msgid.py", "decode_offset_msg_id"),  # struct.error on a 32-char id with spaces
+]
+STRICT = os.environ.get("RMQDUMP_FUZZ_STRICT") == "1"
+
+
+def known_open(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of :data:`KNOWN_OPEN` (matched on its innermost rmqdump frame)."""
+    tb, frame = exc.__traceback__, None
+    while tb is not None:
+        if "rmqdump" in tb.tb_frame.f_code.co_filename:
+            frame = tb.tb_frame
+        tb = tb.tb_next
+    if frame is None:
+        return False
+    where = frame.f_code.co_filename.replace(os.sep, "/")
+    return any(type(exc).__name__ == t and where.endswith(f) and frame.f_code.co_name == fn for t, f, fn in KNOWN_OPEN)
+
+
 def TestOneInput(data: bytes) -> None:  # noqa: N802 (libFuzzer's name)
     """One fuzz input: byte 0 selects the target; only RmqdumpError may escape a target."""
     if not data:
@@ -409,6 +431,9 @@ def TestOneInput(data: bytes) -> None:  # noqa: N802 (libFuzzer's name)
         target(data[1:])
     except RmqdumpError:
         pass
+    except Exception as e:
+        if STRICT or not known_open(e):
+            raise
 
 
 # --- seeds -----------------------------------------------------------------------------------
