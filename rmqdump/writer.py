@@ -106,6 +106,34 @@ def _hash32(s: str) -> int:
     return h & 0xFFFFFFFF
 
 
+def index_hashes(keys: list[str]) -> list[int]:
+    """:func:`index_hash` of many keys at once (numpy: Horner over columns of equally long keys)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy is optional
+        return [index_hash(k) for k in keys]
+    out = [0] * len(keys)
+    groups: dict[int, tuple[list[int], list[bytes]]] = {}
+    for i, k in enumerate(keys):
+        b = k.encode("utf-16-be", "surrogatepass")
+        g = groups.get(len(b))
+        if g is None:
+            g = groups[len(b)] = ([], [])
+        g[0].append(i)
+        g[1].append(b)
+    for length, (idx, raw) in groups.items():
+        units = np.frombuffer(b"".join(raw), dtype=">u2").reshape(len(idx), length // 2).astype(np.uint64)
+        h = np.zeros(len(idx), dtype=np.uint64)
+        for j in range(length // 2):
+            h = (h * np.uint64(31) + units[:, j]) & np.uint64(0xFFFFFFFF)
+        neg = (h & np.uint64(0x80000000)) != 0
+        h = np.where(neg, np.uint64(0x100000000) - h, h)
+        h = np.where(h == np.uint64(0x80000000), np.uint64(0), h)  # abs(Integer.MIN_VALUE) -> 0
+        for i, v in zip(idx, h.tolist(), strict=True):
+            out[i] = v
+    return out
+
+
 def index_hash(key: str) -> int:
     """``indexKeyHashMethod`` (abs of Java ``String.hashCode``, 0 for MIN_VALUE)."""
     h = _hash32(key)
@@ -296,7 +324,7 @@ class _Dispatch:
     queue_offset: int
     store_ts: int
     tags_code: int | None  # None: no ConsumeQueue entry (PREPARED / ROLLBACK)
-    index_hashes: list[int]
+    index_keys: list[str]  # "topic#key" strings, hashed in bulk at dispatch
 
 
 class _IndexRoller:
@@ -638,14 +666,16 @@ class StoreWriter:
         if dispatchable:
             self.queue_offsets[(spec.topic, spec.queue_id)] = qoff + 1
         uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        hashes: list[int] = []
+        keys: list[str] = []
         if self.build_index and tran != TRANSACTION_ROLLBACK_TYPE:
             if uniq is not None:
-                hashes.append(index_hash(index_key(spec.topic, uniq)))
-            hashes.extend(index_hash(index_key(spec.topic, k)) for k in split_keys(props.get(PROPERTY_KEYS)))
+                keys.append(index_key(spec.topic, uniq))
+            kp = props.get(PROPERTY_KEYS)
+            if kp:
+                keys.extend(index_key(spec.topic, k) for k in split_keys(kp))
         if not self.dry_run:
             self._pending.append(_Dispatch(spec.topic, spec.queue_id, phys, len(rec), qoff, store_ts, tags_code,
-                                           hashes))
+                                           keys))
         store_addr, store_port = _host(spec.store_host) if spec.store_host else self._store_addr
         return Appended(phys, len(rec), qoff, create_offset_msg_id(store_addr, store_port, phys), uniq, spec.topic,
                         spec.queue_id, store_ts, blank_at)
@@ -657,7 +687,7 @@ class StoreWriter:
         if not pending:
             return
         try:
-            hashes: list[int] = []
+            keys: list[str] = []
             phys: list[int] = []
             tss: list[int] = []
             for d in pending:
@@ -667,11 +697,13 @@ class StoreWriter:
                     self._cq_dirty.add((d.topic, d.queue_id))
                     self.last_cq_timestamp = d.store_ts
                     self.max_cq_timestamp = max(self.max_cq_timestamp, d.store_ts)
-                for h in d.index_hashes:
-                    hashes.append(h)
-                    phys.append(d.phys)
-                    tss.append(d.store_ts)
-            if hashes:
+                if d.index_keys:
+                    keys += d.index_keys
+                    n = len(d.index_keys)
+                    phys += [d.phys] * n
+                    tss += [d.store_ts] * n
+            if keys:
+                hashes = index_hashes(keys)
                 if self._index is None:
                     self._index = _IndexRoller(self.root, self.index_slots, self.index_entries,
                                                self.index_name_clock, True)
