@@ -58,8 +58,9 @@ def _render_plan(console, doc) -> None:
                  f"after the damage, loses {c['loses']} — {c['detail']}")
     for w in doc["warnings"]:
         line(f"  warning: {w}", "yellow")
-    line(f"  outcome: {doc['records_kept']} messages, commitlog end {doc['end']}; "
-         f"{len(doc['changes'])} changes, {doc['bytes_changed']} bytes")
+    start = (doc.get("broker_recovery") or {}).get("start_offset")
+    line(f"  outcome: commitlog end {doc['end']}; {doc['records_kept']} messages from offset {start} (where the "
+         f"broker's recovery walk starts); {len(doc['changes'])} changes, {doc['bytes_changed']} bytes")
 
 
 @click.command()
