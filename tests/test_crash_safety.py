@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover
 
 GEO = StoreGeometry(64 * 1024, 600, 100, 400)  # small files: many segment, CQ and index rolls
 KILL_POINTS = 50
-RECORDS = 1000
+RECORDS = 600
 
 
 def spec(i: int) -> MessageSpec:
