@@ -217,3 +217,33 @@ def test_decompression_bomb_is_bounded(tmp_path):
     assert base.returncode == 0 and base.maxrss_kb < 200 * 1024, base.describe()
     problems = _check(r, base.maxrss_kb)
     assert not problems, "\n".join(problems) + "\n" + r.describe()
+
+
+@pytest.mark.xfail(strict=True, reason="rmqdump/lookup.py:412 (_index_candidates) walks every index chain to its end "
+                   "(no max_num, --max only caps printed records) and rmqdump/indexfile.py:333 (_walk_query) keeps a "
+                   "visited set and a list of every entry: a legal 1,000,000-entry chain (one key on 1M messages) "
+                   "takes ~20 s and ~95 MB even with --max 5; a full 20M-entry file ~2 GB")
+def test_long_legal_index_chain_is_bounded(tmp_path):
+    """fixtures/bugs/index-long-chain/make_index.py: one key's chain spans the whole entry table."""
+    import importlib.util
+
+    gen = Path(__file__).resolve().parents[1] / "fixtures" / "bugs" / "index-long-chain" / "make_index.py"
+    spec = importlib.util.spec_from_file_location("make_index", gen)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    store = tmp_path / "s"
+    shutil.copytree(real_store("clean"), store)
+    mod.make(store)
+    base = _clean_baseline_plain(["lookup", "{s}", "--key", "key-0", "--topic", "TopicTest", "--max", "5"])
+    r = run_cli(["lookup", store, "--key", "key-0", "--topic", "TopicTest", "--max", "5", "-f", "jsonl"],
+                timeout=TIMEOUT_S)
+    problems = _check(r, base)
+    assert not problems, "\n".join(problems) + "\n" + r.describe()
+
+
+def _clean_baseline_plain(argv: list[str]) -> int:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        shutil.copytree(real_store("clean"), Path(d) / "s")
+        return run_cli([a.replace("{s}", str(Path(d) / "s")) for a in argv], timeout=60).maxrss_kb
