@@ -146,19 +146,21 @@ class QueueState:
 
 class CqProblem(str):
     """A consume-queue file problem, as the text ``"<file>: <message>"`` (a ``str``, so it
-    serialises as one) with ``file``, ``message`` and ``fatal`` (the broker's ``load()`` fails)."""
+    serialises as one) with ``file``, ``message``, ``fatal`` (a 4.9 broker's ``load()`` fails)
+    and ``zero_last`` (a zero-length last file, which 5.x deletes instead of failing)."""
 
     file: str
     message: str
     fatal: bool
+    zero_last: bool
 
-    def __new__(cls, file: str, message: str, fatal: bool) -> CqProblem:
+    def __new__(cls, file: str, message: str, fatal: bool, zero_last: bool = False) -> CqProblem:
         obj = super().__new__(cls, f"{file}: {message}")
-        obj.file, obj.message, obj.fatal = file, message, fatal
+        obj.file, obj.message, obj.fatal, obj.zero_last = file, message, fatal, zero_last
         return obj
 
-    def __getnewargs__(self) -> tuple[str, str, bool]:
-        return self.file, self.message, self.fatal
+    def __getnewargs__(self) -> tuple[str, str, bool, bool]:
+        return self.file, self.message, self.fatal, self.zero_last
 
 
 def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem]]:
@@ -185,7 +187,8 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
         for f in cq.files:
             if cq.file_size and f.size != cq.file_size:
                 problems.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
-                                          f"{cq.file_size}: the broker refuses to load it", True))
+                                          f"{cq.file_size}: the broker refuses to load it", True,
+                                          f.size == 0 and f is cq.files[-1]))
             elif cq.file_size and f.start % cq.file_size:
                 problems.append(CqProblem(f"{label}/{f.path.name}", f"start offset {f.start} is not a multiple of "
                                           f"the file size {cq.file_size}", False))
@@ -616,7 +619,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     pred.load_errors = load_problems(store, version)
     if queue_states is None:
         queue_states, cq_problems = consume_queue_states(store)
-    pred.load_errors += [str(p) for p in cq_problems or () if p.fatal]
+    pred.load_errors += [str(p) for p in cq_problems or ()
+                         if p.fatal and not (version == VERSION_53 and p.zero_last)]
     if pred.load_errors:
         pred.mode = MODE_REFUSES
         pred.reason = (f"{pred.load_errors[0]}; the broker's load() fails and it does not start "
