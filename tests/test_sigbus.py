@@ -142,3 +142,24 @@ def test_mmap_mode_is_the_one_at_risk(live, record_property):
           f"{lines} records, {time.monotonic() - t0:.1f}s")
     assert rc in (0, 1, 2, -signal.SIGBUS), err[-2000:]
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("cmd,extra", [("verify", ["-f", "json"]), ("stats", ["-f", "json"]),
+                                       ("export", ["--to", "{tmp}/out.jsonl"])], ids=["verify", "stats", "export"])
+def test_no_mmap_commands_survive_truncation(live, tmp_path, cmd, extra):
+    """Commands that print only at the end: truncate while they walk (after a start-up delay)."""
+    from rmqdump.cli import COMMANDS
+
+    if cmd not in COMMANDS:
+        pytest.skip(f"command {cmd!r} is not registered")
+    store, seg, n = live
+    args = [cmd, str(store), "--no-mmap", *(a.replace("{tmp}", str(tmp_path)) for a in extra)]
+    p = subprocess.Popen([*RMQDUMP, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=dict(os.environ, NO_COLOR="1"))
+    time.sleep(3.0)
+    still_running = p.poll() is None
+    os.truncate(seg, (1 << 20) + 100)
+    err = p.stderr.read().decode("utf-8", "replace")
+    rc = p.wait(timeout=300)
+    _assert_clean(rc, err)
+    print(f"{cmd} --no-mmap: truncated {'while running' if still_running else 'after it ended'}; rc={rc}")
