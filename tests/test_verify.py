@@ -382,3 +382,10 @@ def test_cq_file_problems(store_copy):
     [f] = [f for f in r.findings if f.kind == "cq_file"]
     assert f.severity == ERROR and f.file == f"consumequeue/TopicTest/1/{SEG0}" and "300 bytes" in f.detail
     assert r.recovery.mode == "refuses_to_start"
+
+
+@pytest.mark.parametrize("name", ["corrupt_crc", "crash_torn", "crash_torn_props"])
+def test_pread_reader_gives_the_same_report(name):
+    a = verify_store(real_store(name), keep_going=True).to_dict()
+    b = verify_store(real_store(name), keep_going=True, use_mmap=False).to_dict()
+    assert a == b

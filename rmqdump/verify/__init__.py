@@ -70,6 +70,23 @@ Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail
   ``recovery_unpredictable`` (warning)  the prediction could not be made
+
+The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
+  ``findings``   list of ``{severity, kind, file, offset, detail}``, errors first
+  ``recovery``   ``{version, mode, reason, start_file, start_offset, max_offset, previous_end, stop,
+                 records_walked, truncated_file, deleted_commitlog_files,
+                 dropped_records: {count, intact, damaged, bytes, first_offset, offsets, offsets_truncated,
+                 topics, damaged_ranges}, max_phy_offset_of_consume_queue, cq_truncated,
+                 dropped_cq_entries: {count, queues: {"topic/qid": {count, from_queue_offset, new_max_offset,
+                 commitlog_offsets}}}, deleted_index_files: [{file, end_timestamp, begin_phy_offset,
+                 end_phy_offset, entries}], lost_index_range, load_errors, notes, accepted_damaged,
+                 unchecked_damage, version_notes}``
+  ``salvage``    with ``--keep-going``: ``{first_damage, intact_records_after_damage, first_intact_offsets,
+                 damaged_ranges, broker_would_drop_intact}``, else null
+  ``segments``   per-segment statistics; ``index_files`` per-index-file headers
+  ``summary``    ``{status, errors, warnings, infos, by_kind, segments, records, blanks, record_bytes,
+                 valid_end, first_damage, consume_queues, cq_records_checked, index_files, predicted_mode,
+                 predicted_max_offset, keep_going, broker_model}``
 """
 
 from __future__ import annotations

@@ -437,7 +437,7 @@ def _torn(reader, seg_start: int, offset: int, reason: Invalid) -> str | None:
     buf, i, avail = reader.view(pos, 36)
     if avail < 36:
         return None
-    mv = memoryview(buf)[i:i + 36]
+    mv = bytes(memoryview(buf)[i:i + 36])  # a copy: the next read may reuse a pread window
     total = int.from_bytes(mv[0:4], "big", signed=True)
     magic = int.from_bytes(mv[4:8], "big")
     if magic not in _MAGICS or total < 36 or pos + total > reader.size:
