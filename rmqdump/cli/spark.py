@@ -41,6 +41,9 @@ def _session(master, conf, quiet: bool):
         from ..spark.session import build_session
     except ImportError as e:
         raise click.ClickException(f"pyspark is not installed ({e}); pip install 'rmqdump[spark]'") from None
+    import logging
+
+    logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)  # errors are reported by rmqdump
     spark = build_session(master, conf=_parse_conf(conf))
     if not quiet:
         diag(f"spark {spark.version} session on {spark.sparkContext.master} ready in {time.perf_counter() - t0:.1f} s")

@@ -217,6 +217,35 @@ def export_throughput(spark, paths: str | os.PathLike | Sequence[str | os.PathLi
             "mb_per_s": res.input_bytes / dt / 1e6 if dt else 0.0}
 
 
+def export_throughput_in_subprocess(master: str, paths: str | os.PathLike | Sequence[str | os.PathLike],
+                                    out: str | os.PathLike, *, body: bool = False, partition_by: str | None = None,
+                                    conf: dict[str, str] | None = None, timeout: float = 3600) -> dict:
+    """Run ``rmqdump spark export`` on ``master`` in a fresh Python process (a session's master is fixed
+    once started) and return its JSON summary: rows, seconds (the job), session_seconds, rows_per_s ...
+
+    For bench/: ``local[1]`` and ``local[2]`` side by side in one benchmark run.
+    """
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "rmqdump.spark", "export", *_as_list(paths), "--out", os.fspath(out), "--master",
+           master, "--json", "-q"]
+    if body:
+        cmd.append("--body")
+    if partition_by:
+        cmd += ["--partition-by", partition_by]
+    for k, v in (conf or {}).items():
+        cmd += ["--conf", f"{k}={v}"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if run.returncode not in (0, 1) or not run.stdout.strip():
+        raise RmqdumpError(f"spark export on {master} failed (exit {run.returncode}): {run.stderr.strip()[-2000:]}")
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    summary["engine"] = f"spark {master}"
+    summary["mb_per_s"] = summary["input_bytes"] / summary["seconds"] / 1e6 if summary["seconds"] else 0.0
+    return summary
+
+
 # --- verify -------------------------------------------------------------------------------------
 
 
