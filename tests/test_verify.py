@@ -389,3 +389,13 @@ def test_pread_reader_gives_the_same_report(name):
     a = verify_store(real_store(name), keep_going=True).to_dict()
     b = verify_store(real_store(name), keep_going=True, use_mmap=False).to_dict()
     assert a == b
+
+
+def test_body_damage_keeps_the_queue_slot(store_copy):
+    # record 0 is the first of TopicTest/2; its body is damaged, its header still claims queue offset 0
+    root = store_copy("clean")
+    patch(root / "commitlog" / SEG0, 90, b"\xff")
+    r = verify_store(root, keep_going=True)
+    assert "body_crc" in kinds_at(r, 0)
+    assert not any(k.startswith("queue_offset") for k in r.summary["by_kind"])
+    assert r.salvage["intact_records_after_damage"] == 231 and r.recovery.max_offset == 0

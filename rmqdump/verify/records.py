@@ -272,7 +272,7 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                 damaged = True
                 _damage(emit, res, reader, rec.start, rec.end, rec.reason, followed=True)
                 if rec.reason.kind == BODY_CRC:
-                    _track_damaged_record(reader, rec.start - segment.start, queues, max_record_size)
+                    _track_damaged_record(reader, rec.start - segment.start, queues, max_record_size, zero_start)
     finally:
         res.records = n
         res.min_store_timestamp, res.max_store_timestamp = min_ts, max_ts
@@ -294,13 +294,17 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     return res
 
 
-def _track_damaged_record(reader, pos: int, queues: dict, max_record_size: int) -> None:
+def _track_damaged_record(reader, pos: int, queues: dict, max_record_size: int, zero_start: bool) -> None:
     """A record whose only fault is its body: keep its queue offset in the continuity state."""
     rec = read_record(reader, pos, check_crc=False, read_body=False, max_record_size=max_record_size)
     if type(rec) is not Message or rec.sys_flag & TRANSACTION_TYPE_MASK not in (0, TRANSACTION_COMMIT_TYPE):
         return
-    st = queues.get(rec.topic_raw, {}).get(rec.queue_id)
-    if st is not None and st.pending is None and rec.queue_offset == st.next_expected:
+    qd = queues.setdefault(rec.topic_raw, {})
+    st = qd.get(rec.queue_id)
+    if st is None:
+        if not zero_start or rec.queue_offset == 0:
+            qd[rec.queue_id] = QueueRun(rec.queue_offset, rec.offset, rec.queue_offset + 1)
+    elif st.pending is None and rec.queue_offset == st.next_expected:
         st.next_expected += 1
         st.count += 1
 
