@@ -399,3 +399,18 @@ def test_body_damage_keeps_the_queue_slot(store_copy):
     assert "body_crc" in kinds_at(r, 0)
     assert not any(k.startswith("queue_offset") for k in r.summary["by_kind"])
     assert r.salvage["intact_records_after_damage"] == 231 and r.recovery.max_offset == 0
+
+
+def test_table_report_escapes_data(tmp_path):
+    # a topic with a newline and an escape sequence must not forge report rows or reach the terminal raw
+    rec = encode_fields(topic=b"T\nSPOOF\x1b[31m", body=b"x", properties=b"TAGS\x01A", queue_offset=5,
+                        store_timestamp=1795297369037, born_timestamp=1795297369037)
+    seg = bytearray(4096)
+    seg[:len(rec)] = rec
+    d = tmp_path / "commitlog"
+    d.mkdir()
+    (d / SEG0).write_bytes(bytes(seg))
+    res = run(d, "-f", "table")
+    assert "queue_offset_gap" in res.stdout
+    assert "\x1b[31m" not in res.stdout
+    assert not any(line.lstrip().startswith("SPOOF") for line in res.stdout.splitlines())

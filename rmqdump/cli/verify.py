@@ -75,8 +75,13 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     return 0
 
 
+def _safe(s) -> str:
+    """Terminal-safe text: control characters escaped, newlines and tabs included."""
+    return escape_control(str(s)).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
 def _t(s) -> Text:
-    return Text(escape_control(str(s)))
+    return Text(_safe(s))
 
 
 def render_report(console: Console, doc: dict) -> None:
@@ -84,7 +89,7 @@ def render_report(console: Console, doc: dict) -> None:
     s = doc["summary"]
     status = Text("DAMAGED" if s["errors"] else "CLEAN", style="bold red" if s["errors"] else "bold green")
     head = Text("rmqdump verify ")
-    head.append(escape_control(doc["store"]), style="bold")
+    head.append(_safe(doc["store"]), style="bold")
     console.print(head)
     line = Text("Summary: ")
     line.append_text(status)
@@ -102,11 +107,11 @@ def render_report(console: Console, doc: dict) -> None:
         stop = rec.get("stop") or {}
         t.add_row("walk", _t(f"from {rec['start_file']} ({rec['records_walked']} records accepted); stops at "
                              f"{stop.get('offset')}: {stop.get('kind')}: {stop.get('detail')}"))
-        end = Text(escape_control(str(rec["max_offset"])),
+        end = Text(_safe(str(rec["max_offset"])),
                    style="bold red" if rec["max_offset"] != s["valid_end"] or rec["dropped_records"]["count"]
                    else "green")
         if rec["truncated_file"]:
-            end.append(escape_control(f"  ({rec['truncated_file']['file']} truncated at position "
+            end.append(_safe(f"  ({rec['truncated_file']['file']} truncated at position "
                                       f"{rec['truncated_file']['position']})"))
         t.add_row("commitlog end", end)
         if rec["deleted_commitlog_files"]:
@@ -114,7 +119,7 @@ def render_report(console: Console, doc: dict) -> None:
         d = rec["dropped_records"]
         if d["count"]:
             topics = ", ".join(f"{k} {v}" for k, v in d["topics"].items())
-            t.add_row("dropped records", Text(escape_control(
+            t.add_row("dropped records", Text(_safe(
                 f"{d['count']} ({d['intact']} intact, {d['damaged']} damaged), first at "
                 f"{d['first_offset'] if d['first_offset'] is not None else d['damaged_ranges'][0]['start']}"
                 + (f"; topics: {topics}" if topics else "")), style="red"))
@@ -123,7 +128,7 @@ def render_report(console: Console, doc: dict) -> None:
         cq = rec["dropped_cq_entries"]
         if cq["count"]:
             qs = ", ".join(f"{k} {v['count']}" for k, v in sorted(cq["queues"].items()))
-            t.add_row("dropped CQ entries", Text(escape_control(f"{cq['count']}: {qs}"), style="red"))
+            t.add_row("dropped CQ entries", Text(_safe(f"{cq['count']}: {qs}"), style="red"))
         else:
             t.add_row("dropped CQ entries", _t("none"))
         if rec["deleted_index_files"]:
@@ -132,10 +137,10 @@ def render_report(console: Console, doc: dict) -> None:
         else:
             t.add_row("deleted index files", _t("none"))
         if rec["accepted_damaged"]:
-            t.add_row("accepted although damaged", Text(escape_control(", ".join(
+            t.add_row("accepted although damaged", Text(_safe(", ".join(
                 f"{a['offset']} {a['kind']}" for a in rec["accepted_damaged"][:20])), style="yellow"))
         if rec["unchecked_damage"]:
-            t.add_row("damage recovery never reads", Text(escape_control(", ".join(
+            t.add_row("damage recovery never reads", Text(_safe(", ".join(
                 f"{a['offset']} {a['kind']}" for a in rec["unchecked_damage"][:20])), style="yellow"))
         for n in rec["notes"]:
             t.add_row("note", _t(n))
@@ -153,7 +158,7 @@ def render_report(console: Console, doc: dict) -> None:
                              f"{sal['first_damage']}; {len(sal['damaged_ranges'])} damaged range(s): "
                              + ", ".join(f"[{r['start']}, {r['end']}) {r['kind']}" for r in sal["damaged_ranges"][:10])))
             if sal["broker_would_drop_intact"]:
-                console.print(Text(escape_control(
+                console.print(Text(_safe(
                     f"  the broker would discard {sal['broker_would_drop_intact']} intact records: repair or "
                     "export them before starting it"), style="yellow"))
     for sev in (ERROR, WARNING, INFO):
