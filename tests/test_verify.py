@@ -414,3 +414,22 @@ def test_table_report_escapes_data(tmp_path):
     assert "queue_offset_gap" in res.stdout
     assert "\x1b[31m" not in res.stdout
     assert not any(line.lstrip().startswith("SPOOF") for line in res.stdout.splitlines())
+
+
+def test_every_emitted_kind_is_documented():
+    import re
+
+    import rmqdump.verify as V
+    from rmqdump import record
+
+    root = Path(V.__file__).parent
+    pattern = re.compile(r'(?:emit|Finding|_add|add)\(\s*[A-Za-z_ ]+(?:if [^,]+ else [A-Z]+)?,\s*"([a-z_]+)"')
+    kinds = set()
+    for f in root.glob("*.py"):
+        kinds |= set(pattern.findall(f.read_text(encoding="utf-8")))
+    kinds |= {record.BAD_MAGIC, record.BAD_TOTALSIZE, record.TRUNCATED, record.LENGTH_MISMATCH, record.BODY_CRC,
+              record.BAD_FIELD, record.BAD_BLANK}  # the decoder's verdicts, reported under their own name
+    assert len(kinds) > 60
+    undocumented = sorted(k for k in kinds if f"``{k}``" not in V.__doc__)
+    assert undocumented == []
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", k) for k in kinds)

@@ -46,6 +46,7 @@ Commitlog segments:
   ``empty_segment`` (error)     an all-zero segment before segments with data
   ``preallocated_segment`` (info)  trailing all-zero segment (normal)
   ``data_after_end`` (warning)  non-zero bytes after the end of valid data with no intact record in them
+  ``segment_unreadable`` (error)  a segment could not be opened or mapped
   ``findings_suppressed`` (info)  more findings of a kind than listed
 Consume queues:
   ``cq_entry_missing``, ``cq_entry_misplaced``, ``cq_entry_duplicate``, ``cq_entry_dangling``,
