@@ -21,6 +21,7 @@ from ..format import (
     CQ_STORE_UNIT_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
+    PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SCHEDULE_TOPIC,
@@ -263,6 +264,9 @@ class CqChecker:
             return
         tx = rec.sys_flag & TRANSACTION_TYPE_MASK
         if rec.topic != st.topic or rec.queue_id != st.queue_id:
+            lmq = rec.properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+            if lmq and st.topic in lmq.split(","):
+                return  # LMQ fan-out: the same record is dispatched to every queue it lists
             self._add(ERROR, "cq_entry_wrong_queue", f, p,
                       f"queue offset {qoff} points at {phys}, a record of {rec.topic}/{rec.queue_id}")
             return
