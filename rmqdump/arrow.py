@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 
@@ -192,12 +193,25 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
                max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, include_body: bool = False, decompress: bool = False,
                flt: RecordFilter | None = None, crc: str = "check", keep_going: bool = False, use_mmap: bool = True,
                max_record_size: int = MAX_RECORD_SIZE, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
-               on_segment: Callable[[SegmentReport], None] | None = None) -> Iterator[pa.RecordBatch]:
-    """Record batches of one segment (see :func:`record_batches` for the options)."""
+               on_segment: Callable[[SegmentReport], None] | None = None,
+               fast: bool | None = None) -> Iterator[pa.RecordBatch]:
+    """Record batches of one segment (see :func:`record_batches` for the options).
+
+    ``fast``: use the compiled walk (:mod:`rmqdump.fastwalk`) and build the columns with
+    numpy/Arrow compute instead of one Python call per record — same rows (a batch with
+    anything unusual, e.g. IPv6 hosts or undecodable properties, goes through the
+    per-record path). None: when available and the segment is big enough
+    (``fastwalk.use_fast``); never with ``keep_going``, ``crc="flag"`` or ``use_mmap=False``.
+    """
     if crc not in CRC_MODES:
         raise ValueError(f"crc must be one of {CRC_MODES}, not {crc!r}")
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
+    if fast is not False and not keep_going and crc != "flag" and use_mmap and _fast_usable(split.size, fast):
+        yield from _fast_read_split(split, batch_size=batch_size, include_body=include_body, decompress=decompress,
+                                    flt=flt, crc=crc, max_record_size=max_record_size,
+                                    delay_levels_ms=delay_levels_ms, on_segment=on_segment)
+        return
     seg = split.segment()
     cl = CommitLog([seg], seg.size, seg.path.parent, [])
     walk = cl.walk(start=seg.start, end=seg.end, check_crc=crc == "check", read_body=include_body or crc == "flag",
@@ -442,3 +456,330 @@ def _index_batch(rows: list, split: IndexSplit, name: str, begin: int) -> pa.Rec
         "store_timestamp": [begin + d * 1000 for d in diff],
     }
     return pa.RecordBatch.from_arrays([pa.array(data[f.name], type=f.type) for f in INDEX_SCHEMA], schema=INDEX_SCHEMA)
+
+
+# --- the vectorised path: compiled walk + numpy/Arrow compute ---------------------------------------
+
+_V4_ONLY = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
+_HEX = None
+
+
+def _fast_usable(nbytes: int, fast: bool | None) -> bool:
+    try:
+        from . import fastwalk
+    except ImportError:  # pragma: no cover - numpy missing
+        return False
+    if fast:
+        return fastwalk.fast_available()
+    return fastwalk.use_fast(nbytes)
+
+
+def _binary(offsets, values) -> pa.Array:
+    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(values)])
+
+
+def _gather(rb, field: str) -> pa.Array:
+    """One variable-length field (topic, properties, body) of every record as a binary array.
+
+    The fields lie in increasing, disjoint byte ranges of the segment, so for big fields
+    (bodies) one mask over the batch's span selects them all in order, cheaper than
+    ``RecordBatch.gather``'s index per byte.
+    """
+    import numpy as np
+
+    starts = rb.columns[f"{field}_start"]
+    lengths = np.maximum(rb.columns[f"{field}_length"], 0).astype(np.int64)
+    n = rb.n
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise OverflowError("more than 2 GiB of one field in a batch")
+    if n == 0 or offsets[-1] == 0:
+        return _binary(offsets.astype(np.int32), np.zeros(0, dtype=np.uint8))
+    nz = lengths > 0
+    lo = int(starts[nz][0])
+    hi = int((starts + lengths)[nz][-1])
+    if offsets[-1] * 8 < hi - lo:  # small fields (topics, properties): an index per byte is cheaper
+        return _binary(*rb.gather(field))
+    edge = np.zeros(hi - lo + 1, dtype=np.int8)
+    edge[starts[nz] - lo] = 1
+    edge[starts[nz] + lengths[nz] - lo] -= 1
+    mask = np.cumsum(edge[:-1], dtype=np.int8).view(bool)
+    return _binary(offsets.astype(np.int32), rb.buf[lo:hi][mask])
+
+
+class _FastContext:
+    """Per-split caches of the vectorised builder (hosts, sysflag names, topics, tag hashes)."""
+
+    def __init__(self, split: SegmentSplit, delay_levels_ms: list[int]):
+        self.split = split
+        self.delay = delay_levels_ms
+        self.hosts: dict[int, str] = {}
+        self.flags: dict[int, tuple[str, str]] = {}
+        self.topics: dict[bytes, str] = {}
+        self.tag_codes: dict[str, int] = {}
+
+    def host_column(self, addr, port) -> pa.Array:
+        import numpy as np
+
+        a4 = np.ascontiguousarray(addr[:, :4]).view(np.uint32).ravel().astype(np.int64)
+        key = (a4 << 32) | (port.astype(np.int64) & 0xFFFFFFFF)
+        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        names = []
+        for k, i in zip(uniq.tolist(), first.tolist(), strict=True):
+            h = self.hosts.get(k)
+            if h is None:
+                h = self.hosts[k] = format_host(bytes(addr[i, :4]), int(port[i]))
+            names.append(h)
+        return pa.array(names, pa.string()).take(pa.array(inverse.ravel()))
+
+    def flag_columns(self, sys_flag) -> tuple[pa.Array, pa.Array]:
+        import numpy as np
+
+        uniq, inverse = np.unique(sys_flag, return_inverse=True)
+        tx, comp = [], []
+        for f in uniq.tolist():
+            names = self.flags.get(f)
+            if names is None:  # Message's own properties, on a stand-in holding only the sysflag
+                m = SimpleNamespace(sys_flag=f)
+                names = self.flags[f] = (Message.transaction.fget(m), Message.compression.fget(m))
+            tx.append(names[0])
+            comp.append(names[1])
+        idx = pa.array(inverse.ravel())
+        return pa.array(tx, pa.string()).take(idx), pa.array(comp, pa.string()).take(idx)
+
+    def topic_column(self, topic_bin: pa.Array) -> pa.Array:
+        import pyarrow.compute as pc
+
+        enc = pc.dictionary_encode(topic_bin)
+        names = []
+        for raw in enc.dictionary.to_pylist():
+            t = self.topics.get(raw)
+            if t is None:
+                t = self.topics[raw] = raw.decode("utf-8", "replace")
+            names.append(t)
+        return pa.array(names, pa.string()).take(enc.indices)
+
+    def tag_code_column(self, tags: pa.Array) -> pa.Array:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        enc = pc.dictionary_encode(tags)
+        codes = []
+        for t in enc.dictionary.to_pylist():
+            c = self.tag_codes.get(t)
+            if c is None:
+                c = self.tag_codes[t] = tags_hash(t)
+            codes.append(c)
+        idx = enc.indices.to_numpy(zero_copy_only=False)
+        lookup = np.array(codes + [0], dtype=np.int64)  # null TAGS -> 0, like tags_hash(None)
+        idx = np.where(enc.indices.is_null().to_numpy(zero_copy_only=False), len(codes), idx).astype(np.int64)
+        return lookup[idx]
+
+
+def _msg_ids(store_addr, store_port, phys) -> pa.Array:
+    """``create_offset_msg_id`` of IPv4 records, vectorised: hex of addr + port + offset, upper case."""
+    import numpy as np
+
+    global _HEX
+    if _HEX is None:
+        _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
+    n = len(phys)
+    raw = np.empty((n, 16), dtype=np.uint8)
+    raw[:, :4] = store_addr[:, :4]
+    raw[:, 4:8] = store_port.astype(">i4").view(np.uint8).reshape(n, 4)
+    raw[:, 8:16] = phys.astype(">i8").view(np.uint8).reshape(n, 8)
+    data = _HEX[raw].tobytes()
+    offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _list_from(parents, values: pa.Array, n: int, typ: pa.DataType, keys: pa.Array | None = None) -> pa.Array:
+    """A list (or map with ``keys``) array of ``n`` rows from values and their row numbers (ascending)."""
+    import numpy as np
+
+    counts = np.bincount(parents, minlength=n) if len(parents) else np.zeros(n, dtype=np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    if keys is not None:
+        return pa.MapArray.from_arrays(pa.array(offsets), keys, values, type=typ)
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=typ)
+
+
+def _fast_columns(rb, ctx: _FastContext, include_body: bool, decompress: bool) -> pa.RecordBatch | None:
+    """One fastwalk RecordBatch as Arrow columns, or None when it needs the per-record path."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    c = rb.columns
+    n = rb.n
+    sys_flag = c["sys_flag"]
+    if (sys_flag & _V4_ONLY).any():
+        return None
+    props_bin = _gather(rb, "properties")
+    try:
+        props_str = props_bin.cast(pa.string())
+    except pa.ArrowInvalid:  # undecodable bytes: Java's replacement decoding, per record
+        return None
+    # properties: split on 0x02, a pair needs a non-empty name before its first 0x01 and a non-empty value
+    pieces = pc.split_pattern(props_str, "\x02")
+    parent = pc.list_parent_indices(pieces)
+    kv = pc.split_pattern(pc.list_flatten(pieces), "\x01", max_splits=1)
+    two = pc.equal(pc.list_value_length(kv), 2)
+    kv, parent = kv.filter(two), parent.filter(two)
+    names, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
+    ok = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
+    names, values, parent = names.filter(ok), values.filter(ok), parent.filter(ok)
+    parent_np = parent.to_numpy(zero_copy_only=False)
+    if len(names):
+        codes = pc.dictionary_encode(names)
+        k = len(codes.dictionary)
+        key = parent_np.astype(np.int64) * k + codes.indices.to_numpy(zero_copy_only=False)
+        if n * k <= 1 << 24:
+            repeated = np.bincount(key, minlength=n * k).max() > 1
+        else:
+            repeated = np.unique(key).size != key.size
+        if repeated:  # a repeated name (batch messages repeat WAIT): like a dict, the last value at the
+            _, first = np.unique(key, return_index=True)  # position of the first occurrence
+            _, last_rev = np.unique(key[::-1], return_index=True)
+            last = key.size - 1 - last_rev
+            order = np.argsort(first, kind="stable")
+            first, last = first[order], last[order]
+            names, values = names.take(pa.array(first)), values.take(pa.array(last))
+            parent_np = parent_np[first]
+    properties = _list_from(parent_np, values, n, _FIELD_TYPES["properties"], keys=names)
+
+    def prop(name: str) -> pa.Array:
+        sel = pc.equal(names, name)
+        rows = parent_np[sel.to_numpy(zero_copy_only=False)]
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[rows] = np.arange(len(rows))
+        return values.filter(sel).take(pa.array(pos, mask=pos < 0))
+
+    tags, uniq = prop(PROPERTY_TAGS), prop(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+    key_parts = pc.split_pattern(prop(PROPERTY_KEYS), " ")
+    flat, kp = pc.list_flatten(key_parts), pc.list_parent_indices(key_parts)
+    nonempty = pc.greater(pc.binary_length(flat), 0)
+    keys = _list_from(kp.filter(nonempty).to_numpy(zero_copy_only=False), flat.filter(nonempty), n,
+                      _FIELD_TYPES["keys"])
+
+    topic_bin = _gather(rb, "topic")
+    topic = ctx.topic_column(topic_bin)
+    tag_codes = ctx.tag_code_column(tags)
+    tag_null = np.zeros(n, dtype=bool)
+    sched = pc.equal(topic_bin, pa.scalar(_SCHEDULE_RAW, pa.binary())).to_numpy(zero_copy_only=False)
+    for i in np.flatnonzero(sched).tolist():  # delivery times of the delay topic: per record
+        try:
+            tag_codes[i] = rb.message(i, read_body=False).tags_code(ctx.delay)
+        except Exception:  # a malformed DELAY: the broker would not dispatch it either
+            tag_null[i] = True
+    ts = c["store_timestamp"].copy()
+    ts_ok = (ts >= 0) & (ts <= _MAX_TS_MS)
+    tx, comp = ctx.flag_columns(sys_flag)
+    magic = pa.array(["v1", "v2"], pa.string()).take(pa.array((c["magic"] == MESSAGE_MAGIC_CODE_V2).astype(np.int8)))
+    body = _gather(rb, "body") if include_body else pa.nulls(n, pa.binary())
+    compressed = np.flatnonzero(sys_flag & 0x1) if include_body and decompress else ()
+    if len(compressed):  # decompress those bodies, per record
+        bodies = body.to_pylist()
+        for i in compressed.tolist():
+            m = rb.message(i, read_body=True)
+            if m.compression != "none":
+                bodies[i] = m.decompressed_body()
+        body = pa.array(bodies, pa.binary())
+    crc_flag = c["crc_ok"]
+    split = ctx.split
+    cols = {
+        "offset": pa.array(c["file_pos"] + rb.seg_start), "file": pa.repeat(pa.scalar(rb.file, pa.string()), n),
+        "file_pos": pa.array(c["file_pos"].copy()), "size": pa.array(c["size"].copy()), "magic": magic,
+        "body_crc": pa.array(c["body_crc"].copy()), "queue_id": pa.array(c["queue_id"].copy()),
+        "flag": pa.array(c["flag"].copy()), "queue_offset": pa.array(c["queue_offset"].copy()),
+        "physical_offset": pa.array(c["physical_offset"].copy()), "sys_flag": pa.array(sys_flag.copy()),
+        "transaction": tx, "compression": comp, "born_timestamp": pa.array(c["born_timestamp"].copy()),
+        "born_host": ctx.host_column(c["born_addr"], c["born_port"]), "store_timestamp": pa.array(ts),
+        "store_host": ctx.host_column(c["store_addr"], c["store_port"]),
+        "reconsume_times": pa.array(c["reconsume_times"].copy()),
+        "prepared_transaction_offset": pa.array(c["prepared_transaction_offset"].copy()), "topic": topic,
+        "properties": properties, "keys": keys, "tags": tags, "uniq_key": uniq,
+        "msg_id": _msg_ids(c["store_addr"], c["store_port"], c["physical_offset"]),
+        "tags_code": pa.array(tag_codes, pa.int64(), mask=tag_null), "body_length": pa.array(c["body_length"].copy()),
+        "body": body, "broker": pa.repeat(pa.scalar(split.broker, pa.string()), n),
+        "store": pa.repeat(pa.scalar(split.store, pa.string()), n),
+        "segment": pa.repeat(pa.scalar(split.path, pa.string()), n),
+        "crc_ok": pa.array(np.ones(n, dtype=bool), mask=crc_flag == 0),
+        "store_time": pa.array(np.where(ts_ok, ts * 1000, 0), _LINEAGE_TYPES["store_time"], mask=~ts_ok),
+    }
+    return pa.RecordBatch.from_arrays([cols[f.name].cast(f.type) if cols[f.name].type != f.type else cols[f.name]
+                                       for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+
+
+def _filter_mask(batch: pa.RecordBatch, flt: RecordFilter):
+    """``RecordFilter.match`` of every row, vectorised (topics compared as raw bytes)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    keep = np.ones(batch.num_rows, dtype=bool)
+    if flt.topics:
+        raw = pc.cast(batch.column("topic"), pa.binary())
+        keep &= pc.is_in(raw, value_set=pa.array(sorted(flt._topic_raw), pa.binary())).to_numpy(zero_copy_only=False)
+    if flt.queue_id is not None:
+        keep &= batch.column("queue_id").to_numpy() == flt.queue_id
+    ts = batch.column("store_timestamp").to_numpy()
+    if flt.since is not None:
+        keep &= ts >= flt.since
+    if flt.until is not None:
+        keep &= ts <= flt.until
+    if flt.tags:
+        tags = pc.is_in(batch.column("tags"), value_set=pa.array(list(flt.tags), pa.string()))
+        keep &= pc.fill_null(tags, False).to_numpy(zero_copy_only=False)
+    if flt.keys:
+        want = pa.array(list(flt.keys), pa.string())
+        keys = batch.column("keys")
+        hit = pc.is_in(pc.list_flatten(keys), value_set=want).to_numpy(zero_copy_only=False)
+        any_key = np.bincount(pc.list_parent_indices(keys).to_numpy()[hit], minlength=batch.num_rows) > 0
+        uniq = pc.fill_null(pc.is_in(batch.column("uniq_key"), value_set=want), False).to_numpy(zero_copy_only=False)
+        keep &= any_key | uniq
+    return pa.array(keep)
+
+
+def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool, decompress: bool,
+                     flt: RecordFilter | None, crc: str, max_record_size: int, delay_levels_ms: list[int],
+                     on_segment: Callable[[SegmentReport], None] | None) -> Iterator[pa.RecordBatch]:
+    from . import fastwalk
+
+    seg = split.segment()
+    ctx = _FastContext(split, delay_levels_ms)
+    flt = None if flt is None or flt.empty else flt
+    rows = 0
+    walk = fastwalk.walk_segment_fast(seg, check_crc=crc == "check", max_record_size=max_record_size)
+    try:
+        for rb in walk:
+            batch = _fast_columns(rb, ctx, include_body, decompress)
+            if batch is None:  # the per-record path for this batch
+                cols = _Columns(split.broker, split.store, split.path, delay_levels_ms)
+                for m in rb.messages(read_body=include_body):
+                    if flt is not None and not flt.match(m):
+                        continue
+                    body = m.body
+                    if body is not None and decompress and m.compression != "none":
+                        body = m.decompressed_body()
+                    cols.add(m, body, m.crc_ok)
+                batch = cols.to_batch()
+            elif flt is not None:
+                batch = batch.filter(_filter_mask(batch, flt))
+            for start in range(0, batch.num_rows, batch_size):
+                piece = batch.slice(start, batch_size)
+                rows += piece.num_rows
+                yield piece
+    finally:
+        walk.close()
+    if on_segment is not None:
+        st = walk.stop
+        if st is None:
+            kind, off, detail = "end_of_data", seg.end, "end of the segment"
+        elif st.kind == "blank":
+            kind, off, detail = "blank", st.offset, f"BLANK record of {st.blank.size} bytes ends the file"
+        elif st.kind == "invalid":
+            kind, off, detail = st.invalid.kind, st.invalid.offset, st.invalid.detail
+        else:
+            kind, off, detail = "end_of_data", seg.end, "end of the last commitlog segment"
+        on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, 0))
