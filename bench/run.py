@@ -183,8 +183,9 @@ class Bench:
         self.args = args
         self.quick = args.quick
         self.repeat = args.repeat or (1 if self.quick else 3)
-        self.data = Path(args.data) if args.data else BENCH / ("data-quick" if self.quick else "data")
-        self.out = Path(args.out) if args.out else BENCH / ("out-quick" if self.quick else "out")
+        self.heavy_repeat = min(self.repeat, 2)  # rows that take minutes (export, Spark, append)
+        self.data = Path(args.data) if args.data else BENCH / "data" / ("quick" if self.quick else "")
+        self.out = Path(args.out) if args.out else BENCH / "out" / ("quick" if self.quick else "")
         self.rows = {k: Row(k, label, target=target) for k, label, target in ROWS}
         self.ref: dict[str, float] = {}
         seg = 2 * MiB if self.quick else GiB
@@ -349,7 +350,8 @@ class Bench:
         r.ratio = f"{rate / self.ref['zlib']:.2f} x"
         mark(r, rate / self.ref["zlib"] >= 0.75)
         b = fastwalk.backend()
-        r.note = f"CRC: {'PCLMULQDQ folding' if b.clmul else 'slice-by-8 table'}, {b.kind.split(' ')[0]} kernels"
+        kind = "shared-library" if b.kind.startswith("shared library") else "numba-JIT"
+        r.note = f"CRC: {'PCLMULQDQ folding' if b.clmul else 'slice-by-8 table'}, {kind} kernels"
         cl = CommitLog.open(self.store_e2e)
         jobs = fastwalk.default_jobs()
 
@@ -412,7 +414,7 @@ class Bench:
             return
         store = link_prefix(self.data, self.store1k, "rec1k_one", 1)
         best_rate, res = 0.0, None
-        for _ in range(self.repeat):
+        for _ in range(self.heavy_repeat):
             res = self._single_export(store, self.out / "export.parquet")
             best_rate = max(best_rate, res["rows_per_s"])
         self.ref["export_rows_per_s"] = best_rate
@@ -536,7 +538,7 @@ class Bench:
             return
         store = self.store_e2e
         single = 0.0
-        for _ in range(self.repeat):
+        for _ in range(self.heavy_repeat):
             single = max(single, self._single_export(store, self.out / "export-ref.parquet")["rows_per_s"])
         res = {}
         for cores in (1, 2):
@@ -545,7 +547,7 @@ class Bench:
                 shutil.rmtree(out)
             jf = self.out / f"spark-local{cores}.json"
             cmd = [sys.executable, "-c", _SPARK_EXPORT, f"local[{cores}]", str(store), str(out), str(jf),
-                   str(self.repeat)]
+                   str(self.heavy_repeat)]
             run_child(cmd, timeout=3600)
             res[cores] = json.loads(jf.read_text())
         per_core = res[2]["rows_per_s"] / 2
@@ -573,7 +575,7 @@ class Bench:
         body = bytes(range(256)) * 4
         n = total // 1100
         best_rate, res = 0.0, None
-        for _ in range(self.repeat):
+        for _ in range(self.heavy_repeat):
             store = self.out / "append-store"
             if store.exists():
                 shutil.rmtree(store)
@@ -689,8 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size-gib", type=float, default=4.0, help="size of the 1 KiB-record store (default 4)")
     ap.add_argument("--quick", action="store_true", help="tiny stores (MiBs), one repetition: a smoke run")
     ap.add_argument("--repeat", type=int, default=0, help="repetitions per figure (default 3, quick 1)")
-    ap.add_argument("--data", help="store directory (default bench/data, quick: bench/data-quick)")
-    ap.add_argument("--out", help="scratch output directory (default bench/out)")
+    ap.add_argument("--data", help="store directory (default bench/data, quick: bench/data/quick)")
+    ap.add_argument("--out", help="scratch output directory (default bench/out, quick: bench/out/quick)")
     ap.add_argument("--skip", nargs="*", help="row keys (or prefixes such as 'spark') to skip")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--write-results", action="store_true", help="write bench/RESULTS.md")

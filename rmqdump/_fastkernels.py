@@ -551,18 +551,28 @@ def _stub_source(names) -> str:
 
 def build_shared_library(path: str, cc: str = "cc") -> None:
     """Compile the entry points into one position-independent object and link ``path`` with the
-    system C compiler (stand-ins for numba's runtime helpers included). Raises on failure."""
+    system C compiler (stand-ins for numba's runtime helpers included). Raises on failure.
+
+    Needs freshly compiled code (LLVM IR): run it in a process whose numba cache is empty
+    (``python -m rmqdump._fastkernels PATH`` with a scratch ``NUMBA_CACHE_DIR``, as
+    :func:`rmqdump.fastwalk.backend` does).
+    """
     from llvmlite import binding as ll
 
     modules = []
     for export, fn in ENTRY_POINTS.items():
-        lib = fn._library
-        mod = ll.parse_assembly(str(lib._final_module))
-        mod.get_function(fn.native_name).name = export
+        mod = ll.parse_assembly(str(fn._library._final_module))
+        target = mod.get_function(fn.native_name)
+        if target.is_declaration:
+            raise RuntimeError(f"{export}: compiled code came from numba's cache; build with an empty cache")
+        target.name = export
         modules.append(mod)
     main = modules[0]
     for m in modules[1:]:
         main.link_in(m)
+    for f in main.functions:  # everything must be defined here: no code may live in numba's cache
+        if f.is_declaration and f.name.startswith("_ZN"):
+            raise RuntimeError(f"{f.name} is not defined in the module (loaded from numba's cache)")
     target = ll.Target.from_triple(ll.get_process_triple())
     tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
                                       opt=3, reloc="pic", codemodel="default")
@@ -599,3 +609,9 @@ def source_digest() -> str:
     """Digest of this file (part of the shared library's cache key)."""
     with open(__file__, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+if __name__ == "__main__":  # python -m rmqdump._fastkernels OUTPUT.so [CC]
+    import sys
+
+    build_shared_library(sys.argv[1], *(sys.argv[2:3] or ["cc"]))

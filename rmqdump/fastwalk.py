@@ -148,14 +148,19 @@ def _cpu_signature() -> str:
     return "\n".join(sig)
 
 
+def _abi() -> bytes:
+    """The caller/kernel contract: argument block layout, return codes, columns."""
+    return repr((A_BUF, A_POS, A_SIZE, A_LIMIT, A_MAX_RECORD_SIZE, A_CHECK_CRC, A_CRC_MODE, A_N, A_MAX_N,
+                 A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS, A_OUT_N, A_OUT_POS, A_OUT_CODE, ARG_BLOCK_SIZE,
+                 FULL, SEG_END, BLANK, LIMIT, DEFER, INVALID, CRC_TABLE, CRC_CLMUL, COLUMNS)).encode()
+
+
 def library_path() -> Path:
-    """The shared library of kernels for this machine, source, numba and Python (may not exist yet)."""
+    """The shared library of kernels for this machine, kernel source, numba and Python (may not exist yet)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    h = hashlib.sha256()
-    here = Path(__file__).resolve()
-    for src in (here, here.with_name("_fastkernels.py")):
-        h.update(src.read_bytes())
+    h = hashlib.sha256(_abi())
+    h.update(Path(__file__).resolve().with_name("_fastkernels.py").read_bytes())
     for dist in ("numba", "llvmlite"):
         try:
             h.update(version(dist).encode())
@@ -165,6 +170,21 @@ def library_path() -> Path:
     h.update(sys.implementation.cache_tag.encode() if sys.implementation.cache_tag else b"")
     h.update(os.environ.get("RMQDUMP_CRC", "").lower().encode())
     return cache_dir() / f"fastkernels-{h.hexdigest()[:24]}.so"
+
+
+def build_library(path: Path) -> None:
+    """Build the kernels' shared library at ``path`` in a child process (numba compiles from an
+    empty scratch cache there, so this process never imports numba). Raises on failure."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rmqdump-numba-") as tmp:
+        env = {**os.environ, "NUMBA_CACHE_DIR": tmp}
+        res = subprocess.run([sys.executable, "-m", "rmqdump._fastkernels", str(path), os.environ.get("CC", "cc")],
+                             capture_output=True, text=True, env=env, timeout=1800)
+    if res.returncode != 0 or not path.exists():
+        lines = res.stderr.strip().splitlines()
+        raise RuntimeError(f"building {path.name} failed: {lines[-1] if lines else res.returncode}")
 
 
 def _load_library(path: Path) -> Backend:
@@ -217,8 +237,7 @@ def backend() -> Backend:
             try:
                 path = library_path()
                 if not path.exists():
-                    kmod, _ = _import_fastkernels()
-                    kmod.build_shared_library(str(path), os.environ.get("CC", "cc"))
+                    build_library(path)
                 _backend = _load_library(path)
                 return _backend
             except Exception as e:  # no compiler, read-only cache, foreign platform: JIT instead
@@ -359,6 +378,22 @@ class RecordBatch:
         s = int(self.columns[start][i])
         n = max(int(self.columns[length][i]), 0)
         return self.buf[s:s + n].tobytes()
+
+    def gather(self, field: str) -> tuple[np.ndarray, np.ndarray]:
+        """One variable-length field of every record as Arrow-style ``(offsets, values)``:
+        int32 offsets (n + 1) into a contiguous uint8 array. ``field``: topic, properties, body.
+        (``pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(values)])``.)"""
+        np = _numpy()
+        name = {"topic": "topic", "properties": "properties", "body": "body"}[field]
+        starts = self.columns[f"{name}_start"]
+        lengths = np.maximum(self.columns[f"{name}_length"], 0).astype(np.int64)
+        offsets = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        if total >= 1 << 31:
+            raise OverflowError("more than 2 GiB in one batch: use smaller batches")
+        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
+        return offsets.astype(np.int32), self.buf[index]
 
     def topic_raw(self, i: int) -> bytes:
         return self._slice("topic_start", "topic_length", i)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import struct
 import subprocess
 import sys
@@ -133,6 +134,15 @@ def test_fixture_batches_and_columns():
                              item.properties_raw(i), item.body(i), int(item["crc_ok"][i])))
     assert rows == [(m.offset, m.queue_offset, m.topic_raw, m.properties_raw, m.body, 1 if m.crc_ok else 0)
                     for m in pure]
+    gathered = {"topic": [], "properties": [], "body": []}
+    for item in fastwalk.FastWalk(cl, batch_records=5).batches():
+        if isinstance(item, fastwalk.RecordBatch):
+            for field, out in gathered.items():
+                offsets, values = item.gather(field)
+                assert len(offsets) == len(item) + 1 and offsets[0] == 0
+                out += [values[offsets[i]:offsets[i + 1]].tobytes() for i in range(len(item))]
+    assert gathered == {"topic": [m.topic_raw for m in pure], "properties": [m.properties_raw for m in pure],
+                        "body": [m.body for m in pure]}
 
 
 # --- the compiled CRC -----------------------------------------------------------------------------
@@ -402,6 +412,18 @@ def test_shared_library_backend_runs_without_numba():
     if not fastwalk.backend().kind.startswith("shared library"):
         pytest.skip(f"no shared library here: {fastwalk.backend().kind}")
     assert res.stdout.startswith("shared library") and res.stdout.split()[-1] == "False", res.stdout
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_library_builds_from_scratch(tmp_path):
+    """A fresh cache directory: the library is built in a child process, then used without numba."""
+    env = {**os.environ, "RMQDUMP_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("RMQDUMP_FAST_LIBRARY", None)
+    res = subprocess.run([sys.executable, "-c", _COMPARE_FIXTURE, str(FIXTURES / "store")], capture_output=True,
+                         text=True, env=env, timeout=1800)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("shared library") and res.stdout.split()[-1] == "False", res.stdout
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".so"]
 
 
 def test_numba_jit_backend_is_identical():
