@@ -14,6 +14,9 @@ from .. import __version__
 # so `rmqdump --help` stays fast.
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("rmqdump.cli.info", "info", "Summarise a store: segments, queues, index files, checkpoint, lock."),
+    "stats": ("rmqdump.cli.stats", "stats", "Counts and bytes per topic, queue, tag, host and hour; skew, sizes."),
+    "pending": ("rmqdump.cli.pending", "pending", "What the broker still owes: undelivered delayed, half, timer messages."),
+    "consumers": ("rmqdump.cli.consumers", "consumers", "Committed offsets, max offsets and lag per group; unconsumed messages."),
     "append": ("rmqdump.cli.append", "append", "Append messages to a stopped broker's store (under its lock)."),
     "repair": ("rmqdump.cli.repair", "repair", "Plan or apply the repair of a damaged store; undo a repair."),
     "scan": ("rmqdump.cli.scan", "scan", "Walk the commitlog and print its records."),

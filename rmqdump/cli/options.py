@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 
 import click
 
+from ..bodyfmt import BodyDecoder, BodySpecError, default_body_decoder, parse_body_spec
 from .output import FORMATS
 
 
@@ -31,6 +32,41 @@ body_options = compose(
                  help="How to print bodies (default: base64 in jsonl/json/csv, none in table)."),
     click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies before printing."),
 )
+
+
+class BodySpecType(click.ParamType):
+    """A ``--body`` spec (validated here; turned into a decoder by :func:`resolve_body_decoder`)."""
+
+    name = "SPEC"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, BodyDecoder):
+            return value.spec
+        try:
+            parse_body_spec(value)
+        except BodySpecError as e:
+            self.fail(str(e), param, ctx)
+        return value
+
+
+#: ``--body`` with pluggable decoders (a superset of :data:`body_options`' choices) and ``--decompress``.
+body_decoder_options = compose(
+    click.option("--body", "body_mode", type=BodySpecType(), default=None,
+                 help="How to print bodies: none, text, text:CHARSET (e.g. text:gbk), hex, base64, json "
+                      "(parsed, embedded as JSON) or MODULE:FUNCTION (your Python callable: bytes -> str or "
+                      "JSON value). Default: base64 in jsonl/json/csv, none in table."),
+    click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies before printing."),
+)
+
+
+def resolve_body_decoder(spec: str | None, fmt: str) -> BodyDecoder:
+    """The :class:`~rmqdump.bodyfmt.BodyDecoder` for a validated ``--body`` value and format."""
+    return default_body_decoder(spec, fmt)
+
+
+now_option = click.option("--now", "now", default=None, metavar="TIME",
+                          help="Reference time for due/overdue (ISO 8601 or epoch ms; default: the clock). "
+                               "Pin it for reproducible output.")
 
 access_options = compose(
     click.option("--no-mmap", is_flag=True,

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -17,17 +18,32 @@ from rich.table import Table
 from rich.text import Text
 
 FORMATS = ("table", "jsonl", "json", "csv")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def escape_control(s: str) -> str:
-    """Make data safe for a terminal: control and bidi characters become ``\\xNN``/``\\uNNNN``."""
+    """Make data safe for a terminal: control (including newline and tab, so a value can never start a
+    forged output row), bidi and lone-surrogate characters become ``\\xNN``/``\\uNNNN``."""
 
     def rep(m: re.Match) -> str:
         c = ord(m.group())
         return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
     return _CONTROL.sub(rep, s)
+
+
+def _dumps(obj, indent: int | None = None) -> str:
+    """JSON text; a lone surrogate (undecodable bytes in a name) is written as a JSON escape, not a crash."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent)
+    if _SURROGATE.search(text):
+        text = json.dumps(obj, ensure_ascii=True, indent=indent)
+    return text
+
+
+def _plain(s: str) -> str:
+    """Text for CSV: lone surrogates spelled ``\\udcNN`` so the UTF-8 stream can take them."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
 
 
 def _no_color() -> bool:
@@ -84,9 +100,9 @@ class RecordWriter:
     def write(self, row: dict) -> None:
         fmt = self.fmt
         if fmt == "jsonl":
-            self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
+            self.out.write(_dumps(row) + "\n")
         elif fmt == "json":
-            self.out.write(("[\n" if self.count == 0 else ",\n") + json.dumps(row, ensure_ascii=False))
+            self.out.write(("[\n" if self.count == 0 else ",\n") + _dumps(row))
         elif fmt == "csv":
             if self._csv is None:
                 self._csv = csv.writer(self.out)
@@ -110,6 +126,12 @@ class RecordWriter:
         self._console.print(table)
         self._pending.clear()
 
+    def flush(self) -> None:
+        """Print buffered table rows and flush the stream (used by ``--follow``)."""
+        if self.fmt == "table":
+            self._flush_table()
+        self.out.flush()
+
     def close(self) -> None:
         if self.fmt == "json":
             self.out.write("[]\n" if self.count == 0 else "\n]\n")
@@ -132,33 +154,58 @@ def _csv_cell(v):
     if v is None:
         return ""
     if isinstance(v, dict):
-        return json.dumps(v, ensure_ascii=False)
+        return _dumps(v)
     if isinstance(v, (list, tuple)):
-        return " ".join(map(str, v))
+        return _plain(" ".join(map(str, v)))
+    if isinstance(v, str):
+        return _plain(v)
     return v
 
 
 def emit_document(doc, fmt: str, render_table: Callable[[Console, object], None]) -> None:
     """Print one document (info, stats, verify report): JSON for json/jsonl, rich for table."""
     if fmt in ("json", "jsonl"):
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2 if fmt == "json" else None) + "\n")
+        sys.stdout.write(_dumps(doc, indent=2 if fmt == "json" else None) + "\n")
     elif fmt == "csv":
         raise ValueError("csv is not available for this command")
     else:
         render_table(stdout_console(), doc)
 
 
+#: Work shorter than this many seconds never shows a progress bar.
+PROGRESS_DELAY = 1.0
+
+
 @contextmanager
-def progress_bar(total: int, description: str, enabled: bool):
-    """A rich progress bar on stderr when it is a terminal; otherwise a no-op updater."""
+def progress_bar(total: int, description: str, enabled: bool, delay: float = PROGRESS_DELAY):
+    """A rich progress bar on stderr when it is a terminal; otherwise a no-op updater.
+
+    The bar appears only once the work has taken ``delay`` seconds (quick runs stay quiet)
+    and disappears when done. Pass ``enabled=False`` for ``--quiet``.
+    """
     if not enabled or not sys.stderr.isatty() or total <= 0:
         yield lambda done: None
         return
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                        TimeRemainingColumn(), console=stderr_console(), transient=True)
-    with progress:
-        task = progress.add_task(description, total=total)
-        yield lambda done: progress.update(task, completed=done)
+    t0 = time.monotonic()
+    state: dict = {}
+
+    def update(done: int) -> None:
+        if "progress" not in state:
+            if time.monotonic() - t0 < delay:
+                return
+            progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
+                                TransferSpeedColumn(), TimeRemainingColumn(), console=stderr_console(),
+                                transient=True)
+            progress.start()
+            state["progress"] = progress
+            state["task"] = progress.add_task(description, total=total)
+        state["progress"].update(state["task"], completed=done)
+
+    try:
+        yield update
+    finally:
+        if "progress" in state:
+            state["progress"].stop()
 
 
 def diag(message: str, style: str | None = None) -> None:

@@ -1,17 +1,19 @@
-"""`rmqdump scan`: walk the commitlog and print its records."""
+"""`rmqdump scan`: walk the commitlog and print its records (optionally following a live store)."""
 
 from __future__ import annotations
 
 import click
 
+from ..bodyfmt import BodyDecoder, message_to_row
 from ..commitlog import Skipped
 from ..errors import FormatError
 from ..filters import RecordFilter
 from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
 from ..record import END_OF_DATA, Blank, Message
-from ..schema import FIELDS, message_to_dict
+from ..schema import FIELDS
 from ..store import Store
-from .options import access_options, body_options, output_options, parse_time, resolve_body_mode
+from ..systopics import resolve
+from .options import access_options, body_decoder_options, output_options, parse_time, resolve_body_decoder
 from .output import RecordWriter, default_format, diag, iso_ms, progress_bar
 
 TABLE_COLUMNS = [
@@ -19,11 +21,51 @@ TABLE_COLUMNS = [
     ("store_time", "STORE TIME (UTC)", 29), ("tags", "TAGS", 12), ("keys", "KEYS", 24), ("size", "SIZE", 7),
     ("body", "BODY", 30),
 ]
+RESOLVED_COLUMN = ("destination", "RESOLVED DESTINATION", 62)
+
+
+def describe_resolved(r: dict) -> str:
+    """One-line summary of a :func:`rmqdump.systopics.resolve` result (``-`` for ordinary records)."""
+    kind = r["kind"]
+    if kind == "normal" and not r.get("via"):
+        return "-"
+    dest = f"{r['real_topic'] or '?'}" + (f"/{r['real_queue_id']}" if r["real_queue_id"] is not None else "")
+    if kind == "delay":
+        return f"delay L{r['level']} -> {dest} due {iso_ms(r['due_time'])}"
+    if kind == "timer":
+        return f"timer -> {dest} due {iso_ms(r['due_time'])}"
+    if kind == "tx_half":
+        return f"half -> {dest}" + (f" (check {r['check_times']})" if r["check_times"] else "")
+    if kind == "tx_op":
+        return f"op for half offsets {r['half_queue_offsets']}"
+    if kind in ("retry", "dlq"):
+        return f"{kind} of {r['group']} for {dest}"
+    if r.get("via"):
+        return f"{kind} (delivered via {r['via']}" + (f" L{r['level']}" if r.get("level") else "") + ")"
+    return kind
+
+
+class _ResolvedFilter:
+    """--topic/--queue matching either the record's own or its resolved destination."""
+
+    def __init__(self, topics: tuple[str, ...], queue_id: int | None):
+        self.topics = set(topics)
+        self.queue_id = queue_id
+
+    def match(self, msg: Message, r: dict) -> bool:
+        for t, q in ((msg.topic, msg.queue_id), (r["real_topic"], r["real_queue_id"])):
+            if self.topics and t not in self.topics:
+                continue
+            if self.queue_id is not None and q != self.queue_id:
+                continue
+            return True
+        return False
 
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, path_type=str), metavar="PATH")
-@click.option("--topic", "-t", multiple=True, help="Only records of this topic (repeatable).")
+@click.option("--topic", "-t", multiple=True, help="Only records of this topic (repeatable; with --resolve also "
+                                                    "records whose real destination is this topic).")
 @click.option("--queue", "queue_id", type=int, default=None, help="Only records of this queue id.")
 @click.option("--tag", multiple=True, help="Only records whose TAGS equals this (repeatable).")
 @click.option("--key", multiple=True, help="Only records with this key in KEYS or as UNIQ_KEY (repeatable).")
@@ -36,28 +78,75 @@ TABLE_COLUMNS = [
 @click.option("--keep-going", is_flag=True,
               help="Resynchronise past damaged regions (report the skipped byte ranges) instead of stopping.")
 @click.option("--no-crc", is_flag=True, help="Do not check body CRCs (the broker's dispatcher does not).")
+@click.option("--resolve", "do_resolve", is_flag=True,
+              help="Resolve system topics: show the real destination of delayed (SCHEDULE_TOPIC_XXXX), "
+                   "transaction half/op, timer, retry and DLQ records (adds a `resolved` field).")
+@click.option("--follow", "-F", is_flag=True,
+              help="Keep reading as the broker writes, like tail -f (pread only; waits at the write frontier "
+                   "instead of reporting it as damage). Stop with Ctrl-C or --until-idle.")
+@click.option("--from-end", is_flag=True, help="With --follow: start at the current end of data (new records only).")
+@click.option("--until-idle", type=click.FloatRange(0, min_open=True), default=None, metavar="SECONDS",
+              help="With --follow: stop after SECONDS without a new record.")
+@click.option("--poll-interval", type=click.FloatRange(0.001), default=0.2, show_default=True, metavar="SECONDS",
+              help="With --follow: how often to re-read the frontier.")
+@click.option("--partial-timeout", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
+              metavar="SECONDS",
+              help="With --follow: how long an incomplete record at the frontier may stay incomplete before it "
+                   "is reported as damage.")
 @output_options
-@body_options
+@body_decoder_options
 @access_options
 def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, limit, max_bytes, keep_going, no_crc,
-         fmt, quiet, body_mode, decompress, no_mmap, max_message_size):
+         do_resolve, follow, from_end, until_idle, poll_interval, partial_timeout, fmt, quiet, body_mode, decompress,
+         no_mmap, max_message_size):
     """Walk the commitlog of PATH (a store, its commitlog/ directory or one segment file) and
     print its records in the JSONL schema. Stops at the end of valid data and says why on
-    stderr; exit 1 if it stopped at damage."""
+    stderr; exit 1 if it stopped at damage. With --follow, keeps printing records as a live
+    broker writes them."""
     fmt = default_format(fmt)
-    body_mode = resolve_body_mode(body_mode, fmt)
-    flt = RecordFilter(tuple(topic), queue_id, tuple(tag), tuple(key), parse_time(since, "--since"),
-                       parse_time(until, "--until"))
+    decoder = resolve_body_decoder(body_mode, fmt)
+    rfilter = _ResolvedFilter(tuple(topic), queue_id) if do_resolve and (topic or queue_id is not None) else None
+    flt = RecordFilter(() if rfilter else tuple(topic), None if rfilter else queue_id, tuple(tag), tuple(key),
+                       parse_time(since, "--since"), parse_time(until, "--until"))
+    max_record_size = max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)
+    columns = list(FIELDS) + (["resolved"] if do_resolve else [])
+    table_columns = TABLE_COLUMNS + ([RESOLVED_COLUMN] if do_resolve else [])
+    writer = RecordWriter(fmt, columns, table_columns)
+
+    def emit(rec: Message) -> bool:
+        """Print one record if it passes the filters; True when --limit is reached."""
+        r = resolve(rec) if do_resolve else None
+        if not (flt.empty or flt.match(rec)) or (rfilter is not None and not rfilter.match(rec, r)):
+            return False
+        row = message_to_row(rec, decoder, decompress, as_text=fmt in ("table", "csv"))
+        if do_resolve:
+            row["resolved"] = r
+        if fmt == "table":
+            row["store_time"] = iso_ms(rec.store_timestamp)
+            if do_resolve:
+                row["destination"] = describe_resolved(r)
+        writer.write(row)
+        return limit is not None and writer.count >= limit
+
+    if follow:
+        if keep_going:
+            raise click.UsageError("--keep-going cannot be combined with --follow (a live frontier is not damage)")
+        if no_crc:
+            raise click.UsageError("--no-crc cannot be combined with --follow (the body CRC is what tells a "
+                                   "half-written record from a complete one)")
+        return _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout,
+                       decoder, max_record_size, limit, writer, emit, quiet)
+    if from_end or until_idle is not None:
+        raise click.UsageError("--from-end and --until-idle need --follow")
+
     store = Store.open(path)
     cl = store.commitlog
     end = to_offset
     start = from_offset if from_offset is not None else cl.min_offset
     if max_bytes is not None:
         end = min(end, start + max_bytes) if end is not None else start + max_bytes
-    walk = cl.walk(start=start, end=end, check_crc=not no_crc, read_body=body_mode != "none",
-                   keep_going=keep_going, use_mmap=not no_mmap,
-                   max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE))
-    writer = RecordWriter(fmt, FIELDS, TABLE_COLUMNS)
+    walk = cl.walk(start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
+                   keep_going=keep_going, use_mmap=not no_mmap, max_record_size=max_record_size)
     total = sum(s.size for s in cl.segments if s.end > start)
     skipped = 0
     limited = False
@@ -67,14 +156,9 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
                 if n & 1023 == 0:
                     update(max(0, walk.end_offset - start))
                 if isinstance(rec, Message):
-                    if flt.empty or flt.match(rec):
-                        row = message_to_dict(rec, body_mode, decompress)
-                        if fmt == "table":
-                            row["store_time"] = iso_ms(rec.store_timestamp)
-                        writer.write(row)
-                        if limit is not None and writer.count >= limit:
-                            limited = True
-                            break
+                    if emit(rec):
+                        limited = True
+                        break
                 elif isinstance(rec, Skipped):
                     skipped += 1
                     if not quiet:
@@ -87,6 +171,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
                     break
     finally:
         writer.close()
+        _report_decoder(decoder, quiet)
     stop = walk.stop
     if limited or stop is None:
         if not quiet:
@@ -107,3 +192,54 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     diag(f"rmqdump: stopped at damage: {where}: {stop.kind}: {stop.detail}; {walk.records} records walked, "
          f"{writer.count} printed" + (f", {skipped} damaged ranges skipped" if skipped else ""), "red")
     raise SystemExit(1)
+
+
+def _report_decoder(decoder: BodyDecoder, quiet: bool) -> None:
+    if decoder.errors and not quiet:
+        for m in decoder.error_messages:
+            diag(m, "yellow")
+        if decoder.errors > len(decoder.error_messages):
+            diag(f"body decoder {decoder.spec} failed on {decoder.errors} records in all", "yellow")
+
+
+def _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout, decoder,
+            max_record_size, limit, writer, emit, quiet) -> int:
+    from ..follow import Follower, FollowNotice
+
+    follower = Follower(path, start=from_offset, from_end=from_end and from_offset is None, end=to_offset,
+                        poll_interval=poll_interval, idle_timeout=until_idle, partial_timeout=partial_timeout,
+                        read_body=decoder.needs_body, max_record_size=max_record_size)
+    announced = False
+    interrupted = False
+    damage = None
+    try:
+        for item in follower:
+            if isinstance(item, Message):
+                if emit(item):
+                    break
+            elif isinstance(item, FollowNotice):
+                if item.kind == "caught_up":
+                    writer.flush()
+                    if not announced and not quiet:
+                        diag(f"following {follower.directory}: {item.detail} (Ctrl-C to stop)")
+                    announced = True
+                elif item.kind == "damage":
+                    damage = item
+                elif not quiet:
+                    diag(item.detail, "yellow")
+            if limit == 0:
+                break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        writer.close()
+        _report_decoder(decoder, quiet)
+    if damage is not None:
+        diag(f"rmqdump: stopped at damage: {follower.directory / damage.file} at offset {damage.offset}: "
+             f"{damage.detail}; {follower.records} records read, {writer.count} printed", "red")
+        raise SystemExit(1)
+    if not quiet:
+        why = "interrupted" if interrupted else ("--limit" if follower.stop is None else follower.stop_detail)
+        diag(f"follow stopped ({why}) at offset {follower.offset}; {follower.records} records read, "
+             f"{writer.count} printed")
+    return 0

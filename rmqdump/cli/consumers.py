@@ -1,0 +1,103 @@
+"""`rmqdump consumers`: committed offsets, max offsets and lag per group; unconsumed messages."""
+
+from __future__ import annotations
+
+import click
+
+from ..bodyfmt import message_to_row
+from ..consumers import LAG_FIELDS, consumer_lag, iter_unconsumed
+from ..errors import StoreError
+from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from ..record import Message
+from ..schema import FIELDS
+from ..store import Store
+from ..systopics import resolve
+from .options import access_options, body_decoder_options, output_options, resolve_body_decoder, store_argument
+from .output import RecordWriter, default_format, diag, iso_ms
+
+LAG_COLUMNS = [
+    ("group", "GROUP", 24), ("topic", "TOPIC", 28), ("queue_id", "Q", 3), ("committed", "COMMITTED", 9),
+    ("min_offset", "MIN", 7), ("max_offset", "MAX", 7), ("lag", "LAG", 7), ("note", "NOTE", 60),
+]
+MSG_COLUMNS = [
+    ("group", "GROUP", 16), ("topic", "TOPIC", 24), ("queue_id", "Q", 3), ("queue_offset", "QOFF", 6),
+    ("offset", "OFFSET", 10), ("store_time", "STORE TIME (UTC)", 29), ("tags", "TAGS", 12), ("keys", "KEYS", 24),
+    ("body", "BODY", 30),
+]
+
+
+@click.command()
+@store_argument
+@click.option("--group", "-g", "groups", multiple=True, help="Only this consumer group (repeatable).")
+@click.option("--topic", "-t", "topics", multiple=True, help="Only this topic (repeatable).")
+@click.option("--unconsumed", is_flag=True,
+              help="Print the messages each group has not consumed (CQ entries from the committed offset to "
+                   "the max offset, decoded from the commitlog) instead of the lag table.")
+@click.option("--resolve", "do_resolve", is_flag=True,
+              help="With --unconsumed: add the real destination of system-topic records (`resolved` field).")
+@click.option("--no-crc", is_flag=True, help="With --unconsumed: do not check body CRCs.")
+@output_options
+@body_decoder_options
+@access_options
+def consumers(store, groups, topics, unconsumed, do_resolve, no_crc, fmt, quiet, body_mode, decompress, no_mmap,
+              max_message_size):
+    """Consumer progress of STORE: for every topic@group in config/consumerOffset.json (fastjson,
+    .bak fallback) and every queue of that topic, the committed offset, the ConsumeQueue's min
+    and max offset and the lag (max - committed). With --unconsumed, the messages never
+    consumed (the question after a disk is pulled from a dead broker), e.g. as JSONL with
+    -f jsonl. Offsets are persisted every few seconds, so after a crash this is an upper bound.
+    Exit 1 if a CQ entry in the unconsumed range points at a bad record."""
+    fmt = default_format(fmt)
+    st = Store.open(store)
+    if st.root is None:
+        raise StoreError("consumers needs a store root (with config/ and consumequeue/), not commitlog files",
+                         store)
+    report = consumer_lag(st.root, tuple(groups), tuple(topics), st.commitlog.min_offset)
+    if report.offsets_file is None:
+        raise StoreError("no config/consumerOffset.json (nor .bak): no consumer offsets to compare",
+                         st.root / "config" / "consumerOffset.json")
+    if not quiet:
+        if report.used_backup:
+            diag(f"using {report.offsets_file} (the main file is missing, empty or unreadable)", "yellow")
+        for p in report.problems:
+            diag(p, "yellow")
+    if not unconsumed:
+        w = RecordWriter(fmt, LAG_FIELDS, LAG_COLUMNS)
+        try:
+            for r in report.rows:
+                w.write(r.to_dict())
+        finally:
+            w.close()
+        if not quiet:
+            lags = report.total_lag()
+            diag(f"{len(report.rows)} queues of {len(lags)} groups from {report.offsets_file}; total lag: "
+                 + (", ".join(f"{g} {n}" for g, n in sorted(lags.items())) or "none"))
+        return 0
+    decoder = resolve_body_decoder(body_mode, fmt)
+    columns = ["group", *FIELDS] + (["resolved"] if do_resolve else [])
+    w = RecordWriter(fmt, columns, MSG_COLUMNS)
+    problems = 0
+    try:
+        for u in iter_unconsumed(report, st.root, st.commitlog, read_body=decoder.needs_body, check_crc=not no_crc,
+                                 use_mmap=not no_mmap,
+                                 max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)):
+            if u.problem:
+                problems += 1
+                diag(f"{u.lag.group}: {u.problem}", "red")
+            if not isinstance(u.message, Message):
+                continue
+            row = {"group": u.lag.group,
+                   **message_to_row(u.message, decoder, decompress, as_text=fmt in ("table", "csv"))}
+            if do_resolve:
+                row["resolved"] = resolve(u.message)
+            if fmt == "table":
+                row["store_time"] = iso_ms(u.message.store_timestamp)
+            w.write(row)
+    finally:
+        w.close()
+    if not quiet:
+        diag(f"{w.count} unconsumed messages in {sum(1 for r in report.rows if r.unconsumed_range)} queues"
+             + (f"; {problems} bad CQ entries" if problems else ""))
+    if problems:
+        raise SystemExit(1)
+    return 0

@@ -1,0 +1,133 @@
+"""`rmqdump pending`: what the broker still owes (undelivered delayed, half and timer messages)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import click
+
+from ..commitlog import Skipped
+from ..config import load_delay_offsets
+from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from ..record import END_OF_DATA, Message
+from ..store import Store
+from ..systopics import ANOMALY_STATES, OWED_STATES, PENDING_FIELDS, STATES, PendingTracker
+from .options import (
+    access_options,
+    body_decoder_options,
+    now_option,
+    output_options,
+    parse_time,
+    resolve_body_decoder,
+    store_argument,
+)
+from .output import RecordWriter, default_format, diag, iso_ms, progress_bar
+
+KIND_GROUPS = {"delay": ("delay",), "transaction": ("tx_half", "tx_prepared"), "timer": ("timer",)}
+TABLE_COLUMNS = [
+    ("kind", "KIND", 11), ("state", "STATE", 10), ("topic", "TOPIC", 22), ("queue_id", "Q", 3),
+    ("queue_offset", "QOFF", 5), ("offset", "OFFSET", 10), ("destination", "REAL TOPIC/Q", 20), ("level", "LVL", 3),
+    ("due", "DUE (UTC)", 30), ("keys", "KEYS", 14), ("detail", "DETAIL", 64),
+]
+FIELDS = (*PENDING_FIELDS, "overdue", "body")
+
+
+def _due_text(due: int | None, overdue: bool | None) -> str:
+    if not due:
+        return "-"
+    iso = iso_ms(due)
+    if iso.endswith("+00:00"):
+        iso = iso[:19] + "Z"
+    return iso + (" (overdue)" if overdue else "")
+
+
+@click.command()
+@store_argument
+@click.option("--kind", "kinds", type=click.Choice(tuple(KIND_GROUPS)), multiple=True,
+              help="Only this kind of system message (repeatable; default: all).")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every delayed, half, timer and PREPARED record with its state (delivered, resolved, "
+                   "superseded, redeliver, lost, ...), not only the pending ones.")
+@click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking.")
+@now_option
+@output_options
+@body_decoder_options
+@access_options
+def pending(store, kinds, show_all, no_crc, now, fmt, quiet, body_mode, decompress, no_mmap, max_message_size):
+    """List what the broker of STORE still owes: delayed messages in SCHEDULE_TOPIC_XXXX not yet
+    delivered (checked against config/delayOffset.json per level and against a delivered copy
+    with the same UNIQ_KEY in the real topic), transaction half messages without an op record
+    (with their real topic), 5.x timer messages without a delivered copy, and PREPARED records
+    nobody committed or rolled back. Exit 1 on damage or on a delayed message the offsets say was
+    delivered but that is nowhere on disk (state `lost`)."""
+    fmt = default_format(fmt)
+    decoder = resolve_body_decoder(body_mode, fmt)
+    now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
+    st = Store.open(store)
+    cl = st.commitlog
+    delay_offsets = None
+    if st.root is not None:
+        loaded = load_delay_offsets(st.root)
+        if loaded.path is not None:
+            delay_offsets = loaded.data or {}
+            if loaded.used_backup and not quiet:
+                diag(f"using {loaded.path} (the main delayOffset.json is missing or unreadable)", "yellow")
+    if delay_offsets is None and not quiet:
+        diag("no config/delayOffset.json: delayed messages are judged by delivered copies only", "yellow")
+    tracker = PendingTracker(delay_offsets)
+    max_record_size = max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)
+    walk = cl.walk(check_crc=not no_crc, read_body=True, keep_going=True, use_mmap=not no_mmap,
+                   max_record_size=max_record_size)
+    damage = 0
+    with progress_bar(sum(s.size for s in cl.segments), "pending", not quiet) as update:
+        for n, rec in enumerate(walk):
+            if n & 1023 == 0:
+                update(walk.end_offset - cl.min_offset)
+            if isinstance(rec, Message):
+                tracker.add(rec)
+            elif isinstance(rec, Skipped):
+                damage += 1
+                if not quiet:
+                    diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: {rec.reason.kind}: "
+                         f"{rec.reason.detail}", "yellow")
+    if walk.stop is not None and walk.stop.kind != END_OF_DATA:
+        damage += 1
+        if not quiet:
+            diag(f"walk stopped at damage at offset {walk.stop.offset}: {walk.stop.kind}: {walk.stop.detail}", "red")
+    wanted = {k for g in (kinds or KIND_GROUPS) for k in KIND_GROUPS[g]}
+    cands = [c for c in tracker.finish() if c.kind in wanted]
+    counts = Counter(c.state for c in cands)
+    table_columns = TABLE_COLUMNS + ([("body", "BODY", 24)] if decoder.needs_body else [])
+    writer = RecordWriter(fmt, FIELDS, table_columns)
+    try:
+        for c in cands:
+            if not show_all and c.state not in OWED_STATES:
+                continue
+            row = c.to_dict()
+            due = row["due_time"]
+            row["overdue"] = (due is not None and due <= now_ms) if c.state in OWED_STATES else None
+            row["body"] = None
+            if decoder.needs_body:
+                m = cl.decode_at(c.offset, use_mmap=not no_mmap, check_crc=False, read_body=True,
+                                 max_record_size=max_record_size)
+                if isinstance(m, Message):
+                    body = m.decompressed_body() if decompress and m.compression != "none" else m.body
+                    where = f"offset {c.offset}"
+                    row["body"] = decoder.text(body, where) if fmt in ("table", "csv") else decoder.decode(body, where)
+            if fmt == "table":
+                rq = row["real_queue_id"]
+                row["destination"] = f"{row['real_topic'] or '?'}" + (f"/{rq}" if rq is not None else "")
+                row["due"] = _due_text(due, row["overdue"])
+            writer.write(row)
+    finally:
+        writer.close()
+    if not quiet:
+        summary = ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) or "no delayed, half or timer messages"
+        diag(f"{summary} (of {len(cands)} tracked system records; {tracker.records} records walked; "
+             f"reference time {iso_ms(now_ms)})")
+    if damage or counts["lost"]:
+        if not quiet and any(counts[s] for s in ANOMALY_STATES):
+            diag("rmqdump: inconsistent delivery state: " + ", ".join(f"{counts[s]} {s}" for s in sorted(ANOMALY_STATES)
+                                                                   if counts[s]) + " (see --all)", "red")
+        raise SystemExit(1)
