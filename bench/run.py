@@ -658,8 +658,14 @@ def machine_facts() -> dict[str, str]:
             from importlib.metadata import version
 
             versions.append(f"{mod} {version(mod)}")
+    commit = ""
+    with contextlib.suppress(Exception):
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                timeout=10).stdout.strip()
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "load average (1/5/15 min) at the end": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
         "cpu": f"{cpu}, {os.cpu_count()} cores",
         "memory": mem,
         "os": f"{platform.system()} {platform.release()}",
@@ -700,10 +706,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--silent", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    load0 = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     bench = Bench(args)
     rows = bench.run()
     seconds = time.perf_counter() - t0
     facts = machine_facts()
+    facts = {**facts, "load average (1/5/15 min) at the start": load0}
     print(f"rmqdump bench, {facts['date']}, {facts['cpu']}, {facts['memory']} RAM, "
           f"{'quick' if args.quick else 'full'} run, {seconds:.0f} s\n")
     print(render_table(rows))
