@@ -7,11 +7,14 @@ Three stages, all on executors:
    compact row per dispatchable record (what ``CqChecker.on_message`` looks at).
 2. **ConsumeQueue ↔ commitlog** as a DataFrame join: the records against every consume-queue
    entry the broker's CQ recovery keeps (``consume_queue_states``, one task per store).
-   Only what needs a closer look reaches the driver: records without an entry or with a
-   size / tagsCode difference, the first record of each queue, and entries no record matched.
+   Only what needs a closer look reaches the driver: the offsets of records without an entry
+   or with a size / tagsCode difference, of the first record of each queue, and the entries
+   no record matched.
 3. **Store checks** (one task per store): ``verify_store`` itself, with the segment results
-   of stage 1 and a CqChecker pre-loaded with the join outcome, so the recovery prediction,
-   the index / checkpoint / config checks and the report are ``verify``'s own — same findings.
+   of stage 1 and a CqChecker whose entries start out matched except the unmatched ones and
+   which is fed the real records at those offsets (``on_message``), so the CQ findings, the
+   recovery prediction, the index / checkpoint / config checks and the report are
+   ``verify``'s own — same findings.
 
 Stage 3 swaps ``verify_segment`` / ``CqChecker`` inside :mod:`rmqdump.verify` for the duration
 of one task (in the executor's Python worker, never in the driver): a segment whose call does
@@ -32,8 +35,6 @@ from ..errors import RmqdumpError
 from ..format import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from ..store import Store
 
-_TAGS = b"TAGS\x01"
-_SCHEDULE = b"SCHEDULE_TOPIC_XXXX"
 _LOCK = threading.Lock()
 
 
@@ -71,11 +72,13 @@ def _segment_kwargs(opts: VerifyOptions, cl, root, seg, first: bool) -> dict:
 # --- stage 1: segments ------------------------------------------------------------------------------
 
 
-def _segments_task(delay: list[int], tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
-    """("seg", store, start, SegmentResult | error text) and ("rec", row) for each dispatchable record."""
+def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
+    """("seg", store, start, SegmentResult | error text) and ("rec", row) per dispatchable record:
+    (store, offset, size, topic_raw, queue_id, queue_offset, the tagsCode its CQ entry must hold)."""
     from ..javahash import DEFAULT_DELAY_LEVELS_MS
     from ..segment import Segment
     from ..verify.records import verify_segment
+    from ..verify.store_checks import expected_tags_code
 
     delay = delay or DEFAULT_DELAY_LEVELS_MS
     for t in tasks:
@@ -85,19 +88,11 @@ def _segments_task(delay: list[int], tasks: Iterator[_SegmentTask]) -> Iterator[
             tx = m.sys_flag & TRANSACTION_TYPE_MASK
             if tx != 0 and tx != TRANSACTION_COMMIT_TYPE:
                 return
-            has_tags = _TAGS in m.properties_raw
-            code, err = 0, False
-            if has_tags or m.topic_raw == _SCHEDULE:
-                try:
-                    code = m.tags_code(delay)
-                except RmqdumpError:
-                    code, err = None, True
-            rows.append((store, m.offset, m.size, m.topic_raw, m.queue_id, m.queue_offset, m.file, m.sys_flag,
-                         has_tags, code, err))
+            rows.append((store, m.offset, m.size, m.topic_raw, m.queue_id, m.queue_offset,
+                         expected_tags_code(m, delay)))
 
         try:
-            res = verify_segment(Segment(Path(t.path), t.start, t.size), on_message=on_message,
-                                 **dict(t.kwargs))
+            res = verify_segment(Segment(Path(t.path), t.start, t.size), on_message=on_message, **dict(t.kwargs))
         except RmqdumpError as e:
             yield ("seg", t.store_idx, t.start, str(e))
             continue
@@ -128,34 +123,33 @@ def _entries_task(stores: Iterator[tuple[int, str]]) -> Iterator[tuple]:
                     yield (idx, raw, st.queue_id, e.queue_offset, e.commit_log_offset, e.size, e.tags_code)
 
 
-REC_DDL = ("store_idx int, offset long, size int, topic_raw binary, queue_id int, queue_offset long, file string, "
-           "sys_flag int, has_tags boolean, tags_code long, tags_err boolean")
+REC_DDL = "store_idx int, offset long, size int, topic_raw binary, queue_id int, queue_offset long, expected long"
 ENT_DDL = "store_idx int, topic_raw binary, queue_id int, queue_offset long, phys long, esize int, etags long"
 
 
 def _cq_join(spark, recs, ents) -> tuple[dict, dict, dict]:
-    """(records to replay per store, unmatched entries per store, dispatchable record count per store)."""
+    """(record offsets to replay per store, unmatched entries per store, dispatchable records per store)."""
     from pyspark.sql import functions as F
 
     keys = ["store_idx", "topic_raw", "queue_id", "queue_offset"]
     e = ents.alias("e")
     r = recs.alias("r")
     on = [F.col(f"r.{k}") == F.col(f"e.{k}") for k in keys] + [F.col("r.offset") == F.col("e.phys")]
-    joined = r.join(e, on, "left_outer")
-    schedule = F.col("r.topic_raw") == F.lit(_SCHEDULE)
-    expected = F.when(~schedule & ~F.col("r.has_tags"), F.lit(0)).otherwise(F.col("r.tags_code"))
-    # over-approximate "needs a look": the replay through CqChecker.on_message decides
-    look = (F.col("e.phys").isNull() | (F.col("e.esize") != F.col("r.size")) | F.col("r.tags_err")
-            | expected.isNull() | (expected != F.col("e.etags")))
+    # what CqChecker.on_message could report on, over-approximated (the replay decides):
+    # no entry points at the record, or its entry's size / tagsCode differ
+    look = (F.col("e.phys").isNull() | (F.col("e.esize") != F.col("r.size")) | F.col("r.expected").isNull()
+            | (F.col("r.expected") != F.col("e.etags")))
+    replay = r.join(e, on, "left_outer").filter(look).select("r.store_idx", "r.offset")
+    # and the first record of every queue (the queue-id range check warns once per queue)
     firsts = recs.groupBy("store_idx", "topic_raw", "queue_id").agg(F.min("offset").alias("offset"))
-    firsts = recs.join(firsts, ["store_idx", "topic_raw", "queue_id", "offset"], "left_semi")
-    replay = joined.filter(look).select("r.*").unionByName(firsts).dropDuplicates(["store_idx", "offset"])
-    replay_rows = replay.collect()
+    offsets = replay.unionByName(firsts.select("store_idx", "offset")).distinct().collect()
     unmatched = e.join(r, on, "left_anti").select(*[F.col(f"e.{k}") for k in keys]).collect()
     counts = {row["store_idx"]: row["count"] for row in recs.groupBy("store_idx").count().collect()}
-    by_store: dict[int, list] = {}
-    for row in sorted(replay_rows, key=lambda x: (x["store_idx"], x["offset"])):
-        by_store.setdefault(row["store_idx"], []).append(tuple(row))
+    by_store: dict[int, list[int]] = {}
+    for row in offsets:
+        by_store.setdefault(row["store_idx"], []).append(row["offset"])
+    for v in by_store.values():
+        v.sort()
     ents_by_store: dict[int, list] = {}
     for row in unmatched:
         ents_by_store.setdefault(row["store_idx"], []).append((bytes(row["topic_raw"]), row["queue_id"],
@@ -164,30 +158,6 @@ def _cq_join(spark, recs, ents) -> tuple[dict, dict, dict]:
 
 
 # --- stage 3: verify_store with the precomputed parts -------------------------------------------
-
-
-class _ReplayMessage:
-    """The fields of a record ``CqChecker.on_message`` reads, rebuilt from a stage-1 row."""
-
-    __slots__ = ("offset", "size", "topic_raw", "queue_id", "queue_offset", "file", "sys_flag", "properties_raw",
-                 "_code", "_err")
-
-    def __init__(self, row: tuple):
-        (_, self.offset, self.size, topic_raw, self.queue_id, self.queue_offset, self.file, self.sys_flag, has_tags,
-         self._code, self._err) = row
-        self.topic_raw = bytes(topic_raw)
-        self.properties_raw = _TAGS if has_tags else b""
-
-    @property
-    def topic(self) -> str:
-        return self.topic_raw.decode("utf-8", "replace")
-
-    def tags_code(self, delay_levels_ms=None) -> int:
-        if self._err:
-            from ..errors import FormatError
-
-            raise FormatError("malformed DELAY property", self.file, None)
-        return self._code
 
 
 @dataclass
@@ -200,10 +170,12 @@ class StoreVerdict:
 
 
 @contextmanager
-def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[tuple],
-              unmatched: list[tuple], checked: int, reverified: list | None = None):
+def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[int],
+              unmatched: list[tuple], checked: int, reverified: list | None = None, use_mmap: bool = True):
     """Make ``rmqdump.verify.verify_store`` use stage-1 segment results and the stage-2 join outcome."""
     from .. import verify as V
+    from ..record import Message
+    from ..verify.store_checks import RecordCache
 
     real_segment = V.verify_segment
     real_checker = V.CqChecker
@@ -227,8 +199,14 @@ def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict]
                 q = self.by_topic.get(topic_raw, {}).get(qid)
                 if q is not None and 0 <= qoff - q.base < q.n:
                     q.matched[qoff - q.base] = 0
-            for row in replay:  # in commitlog order, like the segment walk would call it
-                self.on_message(_ReplayMessage(row))
+            cache = RecordCache(self.cl, use_mmap)
+            try:
+                for off in replay:  # the real records, in commitlog order like the segment walk
+                    msg = cache.decode(off, check_crc=False)
+                    if isinstance(msg, Message):
+                        self.on_message(msg)
+            finally:
+                cache.close()
             self.records_checked = checked
 
     with _LOCK:
@@ -246,7 +224,7 @@ def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
     for idx, path, seg_results, remote_kwargs, replay, unmatched, checked in items:
         again: list[int] = []
         try:
-            with _injected(seg_results, remote_kwargs, replay, unmatched, checked, again):
+            with _injected(seg_results, remote_kwargs, replay, unmatched, checked, again, opts.use_mmap):
                 rep = verify_store(path, keep_going=opts.keep_going, check_crc=opts.check_crc,
                                    use_mmap=opts.use_mmap, max_record_size=opts.max_record_size,
                                    version=opts.version, store_checks=opts.store_checks,
