@@ -346,14 +346,23 @@ def infer_format(to: str | os.PathLike, fmt: str | None) -> str:
     return _SUFFIXES[suffix]
 
 
-def prepare_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False) -> Path:
-    """Check the output location: a file (replaced only with ``overwrite``) or an empty/new directory."""
+def check_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False) -> Path:
+    """Refuse an output location :func:`prepare_output` would refuse, without creating anything."""
     out = Path(to)
     if partitioned:
         if out.exists() and not out.is_dir():
             raise StoreError("output exists and is not a directory", out)
         if out.is_dir() and any(out.iterdir()):
             raise StoreError("output directory is not empty", out)
+        return out
+    return prepare_output(to, partitioned, overwrite)
+
+
+def prepare_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False) -> Path:
+    """Check the output location: a file (replaced only with ``overwrite``) or an empty/new directory."""
+    out = Path(to)
+    if partitioned:
+        check_output(out, True)
         out.mkdir(parents=True, exist_ok=True)
     else:
         if out.is_dir():

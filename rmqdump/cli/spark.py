@@ -103,10 +103,11 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     Same columns and directory naming as `rmqdump export`; a _SUCCESS file marks a complete
     export. Exit 1 if a segment stopped at damage.
     """
-    from ..export import parse_partition_by
+    from ..export import check_output, parse_partition_by
     from .output import diag
 
     cols = parse_partition_by(partition_by)
+    check_output(out, partitioned=True)  # before paying for a session
     opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
                         no_mmap, max_message_size)
     t0 = time.perf_counter()
