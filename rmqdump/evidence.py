@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+import stat
 import sys
 import threading
 import time
@@ -124,14 +125,32 @@ def _first_seen() -> dict[str, tuple[int | None, int | None]]:
 
 
 def hash_file(path: str | os.PathLike) -> dict:
-    """``{path, size, sha256, mtime_ns}`` of one file, read through a read-only descriptor."""
+    """``{path, size, sha256, mtime_ns}`` of one file, read through a read-only descriptor.
+
+    A symlink is recorded with its target (``symlink_to``) and the target's hash if that is
+    a regular file; FIFOs, sockets and devices are recorded by type and never read.
+    """
     p = os.fspath(path)
+    entry: dict = {"path": p}
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        lst = os.lstat(p)
     except OSError as e:
-        return {"path": p, "error": e.strerror or str(e)}
+        return {**entry, "error": e.strerror or str(e)}
+    real = p
+    if stat.S_ISLNK(lst.st_mode):
+        try:
+            entry["symlink_to"] = os.readlink(p)
+        except OSError as e:
+            return {**entry, "error": e.strerror or str(e)}
+        real = os.path.realpath(p)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        return {**entry, "error": e.strerror or str(e)}
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {**entry, "error": f"not a regular file (mode {stat.filemode(st.st_mode)}); not read"}
         h = hashlib.sha256()
         pos = 0
         while True:
@@ -142,10 +161,10 @@ def hash_file(path: str | os.PathLike) -> dict:
             pos += len(chunk)
         st2 = os.fstat(fd)
     except OSError as e:
-        return {"path": p, "error": e.strerror or str(e)}
+        return {**entry, "error": e.strerror or str(e)}
     finally:
         os.close(fd)
-    entry = {"path": p, "size": pos, "sha256": h.hexdigest(), "mtime_ns": st2.st_mtime_ns}
+    entry.update(size=pos, sha256=h.hexdigest(), mtime_ns=st2.st_mtime_ns)
     if st.st_size != st2.st_size or st.st_mtime_ns != st2.st_mtime_ns or pos != st2.st_size:
         entry["changed_while_hashing"] = True
     return entry

@@ -229,3 +229,24 @@ def test_evidence_flags_a_file_that_changes_during_the_command(copy_of, tmp_path
     assert by_path[str(seg)]["changed_during_command"]["size_at_open"] == 262144
     assert by_path[str(seg)]["size"] == 262144 + 4096
     assert "changed_during_command" not in by_path[str(store / "checkpoint")]
+
+
+def test_evidence_hash_file_never_reads_special_files(tmp_path):
+    """Links are recorded with their target; FIFOs and devices are named, never read (no hang)."""
+    import os
+
+    from secutil import sha256_file
+
+    from rmqdump.evidence import hash_file
+
+    f = tmp_path / "f"
+    f.write_bytes(b"segment bytes")
+    (tmp_path / "link").symlink_to(f)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    assert hash_file(f)["sha256"] == sha256_file(f)
+    link = hash_file(tmp_path / "link")
+    assert link["symlink_to"] == str(f) and link["sha256"] == sha256_file(f)
+    assert "not a regular file" in hash_file(tmp_path / "fifo")["error"]
+    zero = hash_file(tmp_path / "zero")
+    assert zero["symlink_to"] == "/dev/zero" and "not a regular file" in zero["error"]
