@@ -11,6 +11,15 @@ from datetime import datetime, timezone
 from .errors import FormatError
 from .format import OFFSET_MSG_ID_V4_HEX_LENGTH, OFFSET_MSG_ID_V6_HEX_LENGTH
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _strict_hex(s: str, what: str) -> bytes:
+    """Hex to bytes with no tolerance for spaces or other characters (``bytes.fromhex`` skips spaces)."""
+    if not _HEX.issuperset(s):
+        raise FormatError(f"{what} {s!r} is not hexadecimal")
+    return bytes.fromhex(s)
+
 
 def format_host(addr: bytes, port: int) -> str:
     """``ip:port``; IPv6 as ``[addr]:port`` in compressed form."""
@@ -56,10 +65,7 @@ def decode_offset_msg_id(msg_id: str) -> OffsetMsgId:
     s = msg_id.strip()
     if len(s) not in (OFFSET_MSG_ID_V4_HEX_LENGTH, OFFSET_MSG_ID_V6_HEX_LENGTH):
         raise FormatError(f"offsetMsgId {msg_id!r} must be 32 or 56 hex characters, got {len(s)}")
-    try:
-        raw = bytes.fromhex(s)
-    except ValueError:
-        raise FormatError(f"offsetMsgId {msg_id!r} is not hexadecimal") from None
+    raw = _strict_hex(s, "offsetMsgId")
     n = 4 if len(raw) == 16 else 16
     port, offset = struct.unpack(">iq", raw[n:])
     if offset < 0:
@@ -123,10 +129,7 @@ def decode_uniq_key(uniq_key: str, reference_ms: int | None = None) -> UniqKey:
     s = uniq_key.strip()
     if len(s) not in (32, 56):
         raise FormatError(f"UNIQ_KEY {uniq_key!r} must be 32 or 56 hex characters")
-    try:
-        raw = bytes.fromhex(s)
-    except ValueError:
-        raise FormatError(f"UNIQ_KEY {uniq_key!r} is not hexadecimal") from None
+    raw = _strict_hex(s, "UNIQ_KEY")
     n = 4 if len(raw) == 16 else 16
     ip = str(ipaddress.ip_address(raw[:n]))
     pid, classloader, t, counter = struct.unpack(">HiiH", raw[n:])
