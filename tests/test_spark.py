@@ -266,18 +266,25 @@ def test_standalone_cluster_export(tmp_path):
             [str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1",
              "--webui-port", str(wui), "--cores", "2", "--memory", "1g", "--work-dir", str(tmp_path / "work")],
             env=env, stdout=worker_log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
-        _wait_for(lambda: b"Registering worker" in (tmp_path / "master.log").read_bytes(), 90,
-                  "the worker to register", procs)
+        # the driver starts while the worker registers (it waits for an executor anyway)
         paths = [str(real_store(n)) for n in STORES]
         out = tmp_path / "out"
         t0 = time.perf_counter()
-        run = subprocess.run(
+        driver = subprocess.Popen(
             [sys.executable, "-m", "rmqdump.spark", "export", *paths, "--out", str(out), "--master", url,
              "--body", "--json", "-q", "--conf", "spark.driver.host=127.0.0.1",
              "--conf", "spark.driver.bindAddress=127.0.0.1", "--conf", "spark.executor.memory=512m"],
-            capture_output=True, text=True, timeout=300, env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
-        assert run.returncode == 0, run.stderr[-3000:]
-        summary = json.loads(run.stdout)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
+        procs.append(driver)
+        try:
+            stdout, stderr = driver.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            stdout, stderr = driver.communicate()
+            raise AssertionError(f"the export on the cluster timed out: {stderr[-3000:]}") from None
+        assert driver.returncode == 0, stderr[-3000:]
+        summary = json.loads(stdout)
         print(f"\nstandalone export: {summary} ({time.perf_counter() - t0:.1f} s with the driver start)",
               file=sys.stderr)
         assert summary["master"] == url
@@ -285,6 +292,7 @@ def test_standalone_cluster_export(tmp_path):
         for path in paths:
             assert [as_scan(r) for r in rows if r["store"] == path] == scan_rows(Path(path))
         assert summary["rows"] == len(rows)
+        assert b"Registering worker" in (tmp_path / "master.log").read_bytes()
         assert b"Asked to launch executor" in (tmp_path / "worker.log").read_bytes()  # the work ran on the worker
     finally:
         for p in reversed(procs):
