@@ -39,7 +39,6 @@ from .javahash import DEFAULT_DELAY_LEVELS_MS, tags_hash
 from .msgid import format_host
 from .properties import split_keys
 from .record import Blank, Message
-from .schema import FIELDS
 from .segment import Segment
 from .store import Store
 
@@ -66,7 +65,6 @@ LINEAGE_FIELDS = ("broker", "store", "segment", "crc_ok", "store_time")
 _LINEAGE_TYPES: dict[str, pa.DataType] = {
     "broker": _STR, "store": _STR, "segment": _STR, "crc_ok": pa.bool_(), "store_time": pa.timestamp("us", tz="UTC"),
 }
-assert tuple(_FIELD_TYPES) == FIELDS
 
 #: The record schema: JSONL fields then lineage columns (all nullable).
 RECORD_SCHEMA = pa.schema([pa.field(n, t) for n, t in (*_FIELD_TYPES.items(), *_LINEAGE_TYPES.items())])
@@ -225,8 +223,8 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
             if match is not None and not match(rec):
                 continue
             body = rec.body
-            if crc == "flag":
-                crc_ok = rec.body_length <= 0 or body_crc(body) == rec.body_crc
+            if crc == "flag":  # like the decoder's check: None for an empty body
+                crc_ok = None if rec.body_length <= 0 else body_crc(body) == rec.body_crc
             else:
                 crc_ok = rec.crc_ok
             if not include_body:

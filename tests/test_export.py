@@ -39,6 +39,11 @@ def as_scan(row: dict) -> dict:
     return out
 
 
+def test_schema_follows_the_jsonl_fields():
+    assert RECORD_SCHEMA.names[:len(FIELDS)] == list(FIELDS)
+    assert RECORD_SCHEMA.names[len(FIELDS):] == ["broker", "store", "segment", "crc_ok", "store_time"]
+
+
 @pytest.mark.parametrize("name", ["clean", "crash_kill9"])
 def test_parquet_export_equals_scan(tmp_path, name):
     store = real_store(name)
