@@ -183,9 +183,13 @@ class WrittenFile:
 
 
 class _Sink:
-    """One output file, written to a hidden temporary name and renamed on close."""
+    """One output file, written to a hidden temporary name and renamed on close.
 
-    def __init__(self, path: Path, fmt: str, schema: pa.Schema, compression: str):
+    Parquet row groups are encoded on ``background`` (one thread, pyarrow releases the GIL)
+    while the caller decodes the next batches; at most one row group per file is in flight.
+    """
+
+    def __init__(self, path: Path, fmt: str, schema: pa.Schema, compression: str, background=None):
         self.path = path
         self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.inprogress")
         self.fmt = fmt
@@ -193,6 +197,8 @@ class _Sink:
         self.pending: list[pa.RecordBatch] = []
         self.pending_rows = 0
         self.pending_bytes = 0
+        self.background = background
+        self.inflight = None
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -211,15 +217,27 @@ class _Sink:
         if self.pending_rows >= ROW_GROUP_ROWS or self.pending_bytes >= ROW_GROUP_BYTES:
             self.flush()
 
+    def _wait(self) -> None:
+        if self.inflight is not None:
+            fut, self.inflight = self.inflight, None
+            fut.result()  # re-raises a write error here
+
     def flush(self) -> None:
         if self.fmt == "parquet" and self.pending:
-            self.writer.write_table(pa.Table.from_batches(self.pending), row_group_size=max(self.pending_rows, 1))
+            table = pa.Table.from_batches(self.pending)
+            rows = max(self.pending_rows, 1)
+            self._wait()
+            if self.background is None:
+                self.writer.write_table(table, row_group_size=rows)
+            else:
+                self.inflight = self.background.submit(self.writer.write_table, table, row_group_size=rows)
             self.rows += self.pending_rows
             self.pending, self.pending_rows, self.pending_bytes = [], 0, 0
 
     def close(self) -> WrittenFile:
         if self.fmt == "parquet":
             self.flush()
+            self._wait()
             self.writer.close()
         else:
             self.fh.close()
@@ -228,6 +246,10 @@ class _Sink:
 
     def abort(self) -> None:
         try:
+            try:
+                self._wait()
+            except Exception:  # already failing: the first error is the one reported
+                pass
             if self.fmt == "parquet":
                 self.writer.close()
             else:
@@ -246,7 +268,7 @@ class DatasetWriter:
 
     def __init__(self, root: str | os.PathLike, fmt: str = "parquet", partition_by: Sequence[str] = (),
                  prefix: str = "part-00000", schema: pa.Schema = RECORD_SCHEMA, compression: str = "zstd",
-                 max_open: int = 64, write_empty: bool = True):
+                 max_open: int = 64, write_empty: bool = True, background: bool = True):
         if fmt not in FORMATS:
             raise RmqdumpError(f"unknown export format {fmt!r} (choose from {', '.join(FORMATS)})")
         self.root = Path(root)
@@ -261,6 +283,11 @@ class DatasetWriter:
         self.files: list[WrittenFile] = []
         self.rows = 0
         self.write_empty = write_empty
+        self.background = None
+        if background and fmt == "parquet":
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.background = ThreadPoolExecutor(1, thread_name_prefix="rmqdump-parquet")
 
     def _sink(self, key: tuple) -> _Sink:
         sink = self.open.get(key)
@@ -278,7 +305,7 @@ class DatasetWriter:
             n = self.seq.get(key, 0)
             self.seq[key] = n + 1
             path = d / f"{self.prefix}-{n:03d}.{'parquet' if self.fmt == 'parquet' else 'jsonl'}"
-        sink = self.open[key] = _Sink(path, self.fmt, self.schema, self.compression)
+        sink = self.open[key] = _Sink(path, self.fmt, self.schema, self.compression, self.background)
         return sink
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -304,16 +331,27 @@ class DatasetWriter:
         """Finish every file (an empty unpartitioned export writes a valid empty file if ``write_empty``)."""
         if not self.partition_by and not self.open and self.write_empty and not self.files:
             self._sink(())
-        while self.open:
-            _, sink = self.open.popitem(last=False)
-            self.files.append(sink.close())
+        try:
+            while self.open:
+                _, sink = self.open.popitem(last=False)
+                self.files.append(sink.close())
+        finally:
+            self._stop_background()
         return self.files
 
     def abort(self) -> None:
         """Drop the files still being written (finished ones stay)."""
-        while self.open:
-            _, sink = self.open.popitem(last=False)
-            sink.abort()
+        try:
+            while self.open:
+                _, sink = self.open.popitem(last=False)
+                sink.abort()
+        finally:
+            self._stop_background()
+
+    def _stop_background(self) -> None:
+        if self.background is not None:
+            self.background.shutdown(wait=True)
+            self.background = None
 
 
 @dataclass
