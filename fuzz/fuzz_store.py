@@ -403,9 +403,7 @@ TARGET_IDS = {f.__name__[2:]: i for i, f in enumerate(TARGETS)}
 #: Open bugs already reported, each with a fixture under fixtures/bugs/fuzz-open/ and a strict
 #: xfail test (tests/test_fuzz.py): (exception type name, file suffix, function) of the raising
 #: frame. They are not re-reported unless RMQDUMP_FUZZ_STRICT=1; remove an entry once fixed.
-KNOWN_OPEN = [
-    ("error", "rmqdump/msgid.py", "decode_offset_msg_id"),  # struct.error on a 32-char id with spaces
-]
+KNOWN_OPEN: list[tuple[str, str, str]] = []
 STRICT = os.environ.get("RMQDUMP_FUZZ_STRICT") == "1"
 
 
