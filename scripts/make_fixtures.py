@@ -1,13 +1,15 @@
 """Regenerate the bundled fixture store deterministically: ``python scripts/make_fixtures.py``.
 
-``fixtures/store/`` is a small RocketMQ store written by rmqdump's own encoder and
-dispatching writer (4 KiB commitlog segments, 600-byte ConsumeQueue files, a 500/2000
-IndexFile). It covers: V1 and V2 magic, blanks and segment rolls, IPv4 and IPv6 born/store
-hosts (56-char offsetMsgId), every transaction type, zlib (typed and legacy), lz4 and zstd
-bodies, duplicate/empty/unicode properties, keys with runs of spaces, IPv4 and IPv6
-UNIQ_KEYs, the delay topic (tagsCode = delivery time), the 5.2+ ``__CRC32#`` property,
-an empty body, a body holding the magic bytes, user flags and reconsume counts, plus
-checkpoint, lock and fastjson ``config/`` files. Everything is a function of this script.
+``fixtures/store/`` is a small store as a 4.9 broker would hold it, written by rmqdump's own
+encoder and dispatching writer (4 KiB commitlog segments, 600-byte ConsumeQueue files, a
+500/2000 IndexFile). It covers: blanks and segment rolls, IPv4 and IPv6 born hosts, every
+transaction type (COMMIT/ROLLBACK pointing at their half message), zlib (typed and legacy),
+lz4 and zstd bodies, duplicate/empty/unicode properties, keys with runs of spaces, IPv4 and
+IPv6 UNIQ_KEYs, the delay topic (tagsCode = delivery time), an empty body, a body holding
+the magic bytes, user flags and reconsume counts, plus checkpoint, lock and fastjson
+``config/`` files. ``fixtures/store-5x/`` holds what only a 5.x broker writes: an IPv6 store
+host (56-char offsetMsgId), the V2 magic (a 130-unit topic) and the 5.2+ ``__CRC32#``
+property on every record, with an empty ``abort.bak``. Everything is a function of this script.
 """
 
 from __future__ import annotations
@@ -53,11 +55,8 @@ def messages(clock: Clock) -> list[MessageSpec]:
     for i in range(24):
         out.append(MessageSpec("TopicTest", f"Hello RocketMQ {i}".encode(), queue_id=i % 4, tags="Tag" + "ABC"[i % 3], keys=f"key-{i} order-{i % 5}", properties={"seq": str(i)},
                                uniq_key=uk()))
-    out.append(MessageSpec("TopicTest", b"from an IPv6 producer to an IPv6 broker", queue_id=1, tags="TagA",
-                           keys="v6-key", born_host="[fd00::2]:40001", store_host="[2001:db8::1]:10911",
-                           uniq_key=uk(V6)))
-    long_topic = "%RETRY%" + "g" * 123  # 130 UTF-16 units -> V2 magic, 2-byte topic length
-    out.append(MessageSpec(long_topic, b"v2 record", tags="retry", keys="v2-key", reconsume_times=2, uniq_key=uk()))
+    out.append(MessageSpec("TopicTest", b"from an IPv6 producer", queue_id=1, tags="TagA",
+                           keys="v6-key", born_host="[fd00::2]:40001", uniq_key=uk(V6)))
     text = ("rocket alpha beta commit " * 400).encode()
     for comp in ("zlib", "legacy-zlib", "lz4", "zstd"):
         out.append(MessageSpec("TopicBig", text, tags="big", keys=f"big-{comp}", uniq_key=uk(), compression=comp))
@@ -91,8 +90,6 @@ def messages(clock: Clock) -> list[MessageSpec]:
                            properties={"用户": "值 value ✓"}, uniq_key=uk()))
     out.append(MessageSpec("TopicProps", b"runs of spaces", keys="k1  k2   k3", tags="spaces", uniq_key=uk()))
     out.append(MessageSpec("TopicProps", b"no tags, no keys", uniq_key=uk()))
-    out.append(MessageSpec("TopicProps", b"5.2+ record CRC", tags="crc", keys="crc-key", uniq_key=uk(),
-                           record_crc=True))
     out.append(MessageSpec("TopicProps", b"flag and reconsume", tags="flag", keys="flag-key", flag=7,
                            reconsume_times=3, uniq_key=uk()))
     batch_ts = clock.now + 1000
@@ -120,17 +117,53 @@ CONFIG = {
 }
 
 
+def messages_5x(clock: Clock) -> list[MessageSpec]:
+    """A 5.x broker listening on IPv6 with ``enabledAppendPropCRC``: V2 magic, 56-char msg ids."""
+    out = []
+    for i in range(6):
+        out.append(MessageSpec("TopicV6", f"five-x body {i}".encode(), queue_id=i % 2, tags="v6", keys=f"v6-{i}",
+                               born_host="[fd00::2]:40001", uniq_key=make_uniq_key(V6, 4242, 7, clock.now, i),
+                               record_crc=True))
+    long_topic = "%RETRY%" + "g" * 123  # 130 UTF-16 units -> V2 magic, 2-byte topic length
+    out.append(MessageSpec(long_topic, b"v2 record", tags="retry", keys="v2-key", reconsume_times=2,
+                           born_host="[fd00::2]:40001", uniq_key=make_uniq_key(V6, 4242, 7, clock.now, 99),
+                           record_crc=True))
+    return out
+
+
+def _write(dest: Path, specs: list[MessageSpec], clock: Clock, **kw) -> tuple[int, int]:
+    """Write ``specs``; COMMIT/ROLLBACK records point at the preceding half message."""
+    half = 0
+    with StoreWriter(dest, commitlog_file_size=FILE_SIZE, cq_file_size=600, index_slots=500, index_entries=2000,
+                     clock=clock, index_name_clock=lambda: T0, **kw) as w:
+        for spec in specs:
+            if spec.transaction in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE) and not \
+                    spec.prepared_transaction_offset:
+                spec.prepared_transaction_offset = half
+            done = w.append(spec)
+            if spec.topic == "RMQ_SYS_TRANS_HALF_TOPIC":
+                half = done.offset
+        w.sync()
+        return w.last_store_timestamp, w.last_cq_timestamp
+
+
+def build_5x(dest: Path) -> Path:
+    """``fixtures/store-5x``: records a 5.1+/5.2+ broker on [2001:db8::1]:10911 writes."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    clock = Clock()
+    last_ts, last_cq = _write(dest, messages_5x(clock), clock, store_host="[2001:db8::1]:10911")
+    write_checkpoint(dest / "checkpoint", Checkpoint(last_ts, last_cq, 0, 0, 0), fsync=False)
+    (dest / "lock").write_bytes(b"lock")
+    (dest / "abort.bak").write_bytes(b"")  # a clean 5.x shutdown leaves an empty abort.bak
+    return dest
+
+
 def build(dest: Path) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     clock = Clock()
-    specs = messages(clock)
-    with StoreWriter(dest, commitlog_file_size=FILE_SIZE, cq_file_size=600, index_slots=500, index_entries=2000,
-                     clock=clock, index_name_clock=lambda: T0) as w:
-        for spec in specs:
-            w.append(spec)
-        w.sync()
-        last_ts, last_cq = w.last_store_timestamp, w.last_cq_timestamp
+    last_ts, last_cq = _write(dest, messages(clock), clock)
     write_checkpoint(dest / "checkpoint", Checkpoint(last_ts, last_cq, 0, 0, 0), fsync=False)
     (dest / "lock").write_bytes(b"lock")
     (dest / "config").mkdir()
@@ -141,5 +174,5 @@ def build(dest: Path) -> Path:
 
 
 if __name__ == "__main__":
-    out = build(REPO / "fixtures" / "store")
-    print(f"wrote {out}")
+    for out in (build(REPO / "fixtures" / "store"), build_5x(REPO / "fixtures" / "store-5x")):
+        print(f"wrote {out}")

@@ -433,9 +433,9 @@ def test_fixture_store_queue_and_msg_id():
         assert [x.offset for x in by_id.hits] == [m.offset] and not by_id.warnings
         checked += 1
     assert checked == sum(next_qoff.values()) > 60
-    # the IPv6 store host gives a 56-char offsetMsgId
-    v6 = lookup_key(store, "TopicTest", "v6-key").hits[0]
-    assert len(v6.msg_id) == 56 and lookup_msg_id(store, v6.msg_id).hits[0].offset == v6.offset
+    # the 5.x fixture's IPv6 store host gives 56-char offsetMsgIds
+    v6 = lookup_key(FIXTURES / "store-5x", "TopicV6", "v6-3").hits[0]
+    assert len(v6.msg_id) == 56 and lookup_msg_id(FIXTURES / "store-5x", v6.msg_id).hits[0].offset == v6.offset
 
 
 @pytest.mark.parametrize("field,value", [(0, 123456789), (16, 1999), (12, -5)])

@@ -125,6 +125,6 @@ def test_cli_formats(clean_doc):
 
 def test_fixture_store():
     doc = compute_stats(FIXTURES / "store")
-    assert doc["totals"]["records"] == 71 and doc["totals"]["blanks"] == 3
+    assert doc["totals"]["records"] == 69 and doc["totals"]["blanks"] == 3
     assert {e["compression"] for e in doc["compression"]["by_type"]} == {"none", "zlib", "lz4", "zstd"}
     assert {e["host"] for e in doc["producer_hosts"]} == {"127.0.0.1", "[fd00::2]"}
