@@ -118,17 +118,9 @@ TABLE_RUNS = [
     ("repair", ["-f", "table"]),
 ]
 
-_NL_BUG = ("rmqdump/cli/output.py:21: escape_control() leaves \\n (and \\t) unescaped, so a newline in a value "
-           "rendered into a rich table cell ({what}) starts a forged output row")
-#: invocation id -> bug, for renderings where a newline in data starts a new output row
-NEWLINE_LEAKS = {
-    "scan:-f table --body text": _NL_BUG.format(what="body 'line1\\nSPOOF body', tags, keys"),
-    "scan:-f table --keep-going": _NL_BUG.format(what="tags 't\\nSPOOF tag', keys 'k2\\nSPOOFkey'"),
-    "lookup:--key k2\\nSPOOFkey -f table": _NL_BUG.format(what="keys of the record found"),
-    "stats:-f table": _NL_BUG.format(what="the per-tag table"),
-    "consumers:-f table": _NL_BUG.format(what="group name 'c\\x07g\\nSPOOF' from consumerOffset.json"),
-    "consumers:-f table --unconsumed": _NL_BUG.format(what="group name from consumerOffset.json"),
-}
+#: invocation id -> bug, for renderings where a newline in data starts a new output row (none open:
+#: rmqdump/cli/output.py:21 escape_control() left \n and \t unescaped until 3625526)
+NEWLINE_LEAKS: dict[str, str] = {}
 
 
 def _ids(runs):
