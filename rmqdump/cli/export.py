@@ -87,8 +87,11 @@ def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag,
     directory names for --partition-by. Exit 1 if a segment stopped at damage.
     For many stores at once use `rmqdump spark export`.
     """
-    from ..export import export as run_export
-    from ..export import infer_format, parse_partition_by
+    try:
+        from ..export import export as run_export
+        from ..export import infer_format, parse_partition_by
+    except ImportError as e:
+        raise click.ClickException(f"export needs pyarrow ({e}): pip install pyarrow") from None
     from .output import diag, progress_bar
 
     cols = parse_partition_by(partition_by)
