@@ -599,8 +599,9 @@ def _list_from(parents, values: pa.Array, n: int, typ: pa.DataType, keys: pa.Arr
     counts = np.bincount(parents, minlength=n) if len(parents) else np.zeros(n, dtype=np.int64)
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(counts, out=offsets[1:])
-    if keys is not None:
-        return pa.MapArray.from_arrays(pa.array(offsets), keys, values, type=typ)
+    if keys is not None:  # (no type= here: pyarrow < 15 lacks it)
+        arr = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+        return arr if arr.type == typ else arr.cast(typ)
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=typ)
 
 
