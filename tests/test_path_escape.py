@@ -91,6 +91,7 @@ def _require(cmd: str) -> None:
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
 def test_export_partition_by_topic_stays_inside(hostile_store, fmt):
     _require("export")
+    pytest.importorskip("pyarrow", reason="rmqdump export needs pyarrow (export extra)")
     sandbox = hostile_store.parent
     out = sandbox / "out" / "parts"
     before = snapshot(sandbox)
@@ -118,6 +119,7 @@ def test_export_partition_by_topic_stays_inside(hostile_store, fmt):
 def test_export_partition_by_broker_name_stays_inside(hostile_store):
     """The broker column comes from a directory name (here a hostile one)."""
     _require("export")
+    pytest.importorskip("pyarrow", reason="rmqdump export needs pyarrow (export extra)")
     sandbox = hostile_store.parent
     evil = sandbox / "..evil\x1b[31m%2F.."
     hostile_store.rename(evil)
