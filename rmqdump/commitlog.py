@@ -64,6 +64,11 @@ class CommitLog:
             start = parse_file_name(e.name)
             if e.is_dir(follow_symlinks=False):
                 continue
+            if start is not None and not e.is_file():
+                problems.append(Finding(ERROR, "segment_not_regular", str(Path(e.path)), None,
+                                        "a 20-digit entry that is not a regular file (FIFO, socket, device or "
+                                        "dangling link); not read"))
+                continue
             if start is None:
                 problems.append(Finding(WARNING, "stray_file", str(Path(e.path)), None,
                                         "not a 20-digit segment name; ignored"))

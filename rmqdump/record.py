@@ -203,32 +203,49 @@ class Message:
                 f"queue_offset={self.queue_offset}, size={self.size})")
 
 
-def decompress(body: bytes, compression: str, file: str | None = None, pos: int | None = None) -> bytes:
-    """Decompress a stored body; lz4/zstd need their Python packages (``rmqdump[codecs]``)."""
+# Producers refuse bodies over maxMessageSize (4 MiB) before compressing them; a stored body
+# that inflates past this is damage or a decompression bomb, never a legal message.
+MAX_DECOMPRESSED_SIZE = 16 * 1024 * 1024
+
+
+def decompress(body: bytes, compression: str, file: str | None = None, pos: int | None = None,
+               limit: int = MAX_DECOMPRESSED_SIZE) -> bytes:
+    """Decompress a stored body, refusing output over ``limit`` bytes (lz4/zstd need ``rmqdump[codecs]``)."""
     try:
         if compression == "none":
             return body
         if compression == "zlib":
-            return zlib.decompress(body)
-        if compression == "lz4":
+            d = zlib.decompressobj()
+            out = d.decompress(body, limit + 1)
+            if len(out) <= limit and not d.eof:
+                raise FormatError("cannot decompress zlib body: incomplete or truncated stream", file, pos)
+        elif compression == "lz4":
             try:
                 import lz4.frame
             except ImportError:
                 raise UnsupportedError("lz4 body: install the lz4 package (pip install 'rmqdump[codecs]')",
                                        file, pos) from None
-            return lz4.frame.decompress(body)
-        if compression == "zstd":
+            out = lz4.frame.LZ4FrameDecompressor().decompress(body, max_length=limit + 1)
+        elif compression == "zstd":
             try:
                 import zstandard
             except ImportError:
                 raise UnsupportedError("zstd body: install the zstandard package (pip install 'rmqdump[codecs]')",
                                        file, pos) from None
-            return zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    except UnsupportedError:
+            import io
+
+            with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(body)) as r:
+                out = r.read(limit + 1)
+        else:
+            raise FormatError(f"unknown compression type {compression}", file, pos)
+    except (UnsupportedError, FormatError):
         raise
     except Exception as e:  # codec errors on damaged bodies
         raise FormatError(f"cannot decompress {compression} body: {e}", file, pos) from None
-    raise FormatError(f"unknown compression type {compression}", file, pos)
+    if len(out) > limit:
+        raise FormatError(f"{compression} body inflates past {limit} bytes (a decompression bomb or damage; "
+                          "legal bodies are at most maxMessageSize before compression)", file, pos)
+    return out
 
 
 def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: str, *,

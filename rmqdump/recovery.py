@@ -38,7 +38,8 @@ from pathlib import Path
 
 from .checkpoint import Checkpoint, decode_checkpoint
 from .commitlog import CommitLog, Skipped, read_record
-from .errors import RmqdumpError
+from .errors import RmqdumpError, StoreError
+from .fileio import read_regular
 from .format import (
     BORNHOST_V6_FLAG,
     CHECKPOINT,
@@ -80,9 +81,10 @@ def read_checkpoint_for_recovery(store: Store) -> tuple[Checkpoint, str | None]:
     if path is None:
         return Checkpoint(file_size=0), "checkpoint missing: the broker creates a zero-filled one"
     try:
-        with open(path, "rb") as f:
-            data = f.read(CHECKPOINT.size)
+        data = read_regular(path, CHECKPOINT.size)
         size = os.stat(path).st_size
+    except StoreError as e:
+        return Checkpoint(file_size=0), f"checkpoint unreadable ({e.message}); treated as zeros"
     except OSError as e:
         return Checkpoint(file_size=0), f"checkpoint unreadable ({e.strerror}); treated as zeros"
     cp = decode_checkpoint(data.ljust(CHECKPOINT.size, b"\0"), path)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .errors import StoreError
 from .evidence import record_read
+from .fileio import open_regular
 from .format import FILE_NAME_DIGITS
 
 DEFAULT_WINDOW = 4 * 1024 * 1024
@@ -79,10 +80,7 @@ class SegmentReader:
 
 
 def _open_ro(path: Path) -> int:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise StoreError(f"cannot open: {e.strerror}", path) from None
+    fd = open_regular(path)  # O_NONBLOCK + regular-file check: a FIFO "segment" must not hang us
     record_read(path)  # --evidence manifest
     return fd
 

@@ -36,29 +36,7 @@ PARTS = {
 }
 ARGS = {"scan": ["-f", "jsonl"], "lookup": ["--key", "key-1", "--topic", "TopicTest", "-f", "jsonl"]}
 
-_SEG = ("rmqdump/segment.py:83: _open_ro() opens without O_NONBLOCK and never checks for a regular file "
-        "(commitlog.py from_directory takes any non-directory 20-digit entry as a segment): a FIFO segment blocks "
-        "scan/info/verify/stats/repair forever")
-_CKPT = ("rmqdump/recovery.py:83: read_checkpoint_for_recovery() open()s the checkpoint without O_NONBLOCK or a "
-         "regular-file check: a FIFO checkpoint blocks verify and repair forever")
-_ABORT = ("rmqdump/verify/store_checks.py:618: check_abort_lock() read_bytes() the abort file: a FIFO blocks verify "
-          "forever, a link to /dev/zero or /dev/urandom is read without end")
-_CFG = ("rmqdump/verify/store_checks.py:565: check_config() read_bytes() every config/*.json with no regular-file "
-        "check and no size limit: a FIFO blocks verify forever; a link to /dev/zero or /dev/urandom is read without "
-        "end (hang, then memory exhaustion)")
-KNOWN = {
-    ("segment", "fifo"): _SEG,
-    ("checkpoint", "fifo"): _CKPT,
-    ("abort", "fifo"): _ABORT,
-    ("abort", "devzero"): _ABORT,
-    ("abort", "urandom"): _ABORT,
-    ("config", "fifo"): _CFG,
-    ("config", "devzero"): _CFG,
-    ("config", "urandom"): _CFG,
-    ("consumer-offsets", "fifo"): _CFG,
-    ("consumer-offsets", "devzero"): _CFG,
-    ("consumer-offsets", "urandom"): _CFG,
-}
+KNOWN: dict[tuple[str, str], str] = {}  # every FIFO/device case below was fixed (rmqdump/fileio.py)
 CASES = [(part, kind) for part in PARTS for kind in ("fifo", "socket", "devzero", "urandom")]
 
 

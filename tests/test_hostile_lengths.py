@@ -203,9 +203,6 @@ def _bomb_store(root: Path, inflated: int) -> None:
     (root / "commitlog" / SEG0).write_bytes(rec + bytes(SEG_SIZE - len(rec)))
 
 
-@pytest.mark.xfail(strict=True, reason="rmqdump/record.py:212: decompress() has no output limit: a 127 KiB "
-                                       "zlib body inflates to 128 MiB (legal bodies are <= maxMessageSize before "
-                                       "compression) and scan --decompress holds it, its base64 and JSON at once")
 def test_decompression_bomb_is_bounded(tmp_path):
     store = tmp_path / "s"
     if BOMB.is_dir():

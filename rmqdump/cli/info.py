@@ -20,10 +20,11 @@ def render(console: Console, doc: dict) -> None:
     cl = doc["commitlog"]
     console.print(Text(f"store: {escape_control(doc['store'])}", style="bold"))
     if doc.get("missing"):
-        console.print(Text(f"missing: {', '.join(doc['missing'])}", style="yellow"))
-    console.print(f"commitlog: {len(cl['segments'])} segments of {cl['file_size']} bytes; offsets "
-                  f"{cl['min_offset']}..{cl['max_offset']} ({cl['bytes_in_use']} bytes in use, "
-                  f"{cl['bytes_on_disk']} on disk); end: {cl['end_reason']}", highlight=False)
+        console.print(Text(escape_control(f"missing: {', '.join(doc['missing'])}"), style="yellow"))
+    console.print(Text(escape_control(
+        f"commitlog: {len(cl['segments'])} segments of {cl['file_size']} bytes; offsets "
+        f"{cl['min_offset']}..{cl['max_offset']} ({cl['bytes_in_use']} bytes in use, "
+        f"{cl['bytes_on_disk']} on disk); end: {cl['end_reason']}")))
     for p in cl["problems"]:
         console.print(Text(escape_control(f"  {p['severity']}: {p['kind']}: {p['file']}: {p['detail']}"),
                            style="red" if p["severity"] == "error" else "yellow"))

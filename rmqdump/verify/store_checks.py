@@ -15,7 +15,9 @@ from operator import mul
 from pathlib import Path
 
 from ..commitlog import CommitLog, read_record
-from ..errors import RmqdumpError
+from ..config import MAX_CONFIG_BYTES
+from ..errors import RmqdumpError, StoreError
+from ..fileio import read_regular
 from ..findings import ERROR, INFO, WARNING, Finding
 from ..format import (
     CQ_STORE_UNIT_SIZE,
@@ -562,7 +564,12 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
         label = f"config/{name}"
         dec = decoders.get(name, lambda v, p: v)
         try:
-            data = (cdir / name).read_bytes()
+            data = read_regular(cdir / name, MAX_CONFIG_BYTES + 1)
+            if len(data) > MAX_CONFIG_BYTES:
+                raise StoreError(f"larger than {MAX_CONFIG_BYTES} bytes; not parsed", cdir / name)
+        except StoreError as e:
+            out.append(Finding(ERROR, "config_unreadable", label, None, e.message))
+            continue
         except OSError as e:
             out.append(Finding(ERROR, "config_unreadable", label, None, e.strerror or str(e)))
             continue
@@ -615,8 +622,8 @@ def check_abort_lock(store) -> list[Finding]:
     if store.abort_present:
         p = store.path("abort")
         try:
-            content = p.read_bytes()[:64].decode("ascii", "replace").strip()
-        except OSError:
+            content = read_regular(p, 64).decode("ascii", "replace").strip()
+        except (OSError, StoreError):
             content = ""
         who = f" (PID {content})" if content.isdigit() else ""
         out.append(Finding(WARNING, "abort_present", "abort", None,
