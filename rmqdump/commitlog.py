@@ -23,6 +23,7 @@ from .segment import MmapReader, Segment, SegmentReader, parse_file_name
 _PHYS = struct.Struct(">q")
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
 _RESYNC_CHUNK = 1 << 20
+_RELEASE_EVERY = 32 << 20
 
 
 class CommitLog:
@@ -186,7 +187,11 @@ class Walk:
 
     def _walk_segment(self, seg: Segment, r: SegmentReader, pos: int):
         """Walk one segment; return True when the whole walk is over."""
+        next_release = pos + _RELEASE_EVERY
         while True:
+            if pos >= next_release:  # keep RSS bounded on big mapped segments
+                r.release(pos - (1 << 20))
+                next_release = pos + _RELEASE_EVERY
             if self.end is not None and seg.start + pos >= self.end:
                 self.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, f"reached --to-offset {self.end}")
                 return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import functools
 import ipaddress
 import struct
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ def _strict_hex(s: str, what: str) -> bytes:
     return bytes.fromhex(s)
 
 
+@functools.lru_cache(maxsize=4096)
 def format_host(addr: bytes, port: int) -> str:
-    """``ip:port``; IPv6 as ``[addr]:port`` in compressed form."""
+    """``ip:port``; IPv6 as ``[addr]:port`` in compressed form (cached: a store has few hosts)."""
     if len(addr) == 4:
         return f"{ipaddress.IPv4Address(addr)}:{port}"
     return f"[{ipaddress.IPv6Address(addr).compressed}]:{port}"

@@ -69,6 +69,9 @@ class SegmentReader:
         buf, i, avail = self.view(pos, n)
         return bytes(memoryview(buf)[i:i + avail])
 
+    def release(self, upto: int) -> None:
+        """Hint that bytes before ``upto`` will not be read again (drops mapped pages from RSS)."""
+
     def close(self) -> None:
         pass
 
@@ -90,6 +93,7 @@ class MmapReader(SegmentReader):
 
     def __init__(self, segment: Segment):
         self.segment = segment
+        self._released = 0
         fd = _open_ro(segment.path)
         try:
             self.size = os.fstat(fd).st_size
@@ -107,6 +111,16 @@ class MmapReader(SegmentReader):
     def view(self, pos: int, n: int):
         avail = max(0, min(n, self.size - pos))
         return self.mm, pos, avail
+
+    def release(self, upto: int) -> None:
+        """MADV_DONTNEED the walked part: the page cache keeps the data, our RSS stays bounded."""
+        end = min(upto, self.size) & ~(mmap.PAGESIZE - 1)
+        if end > self._released and hasattr(mmap, "MADV_DONTNEED") and isinstance(self.mm, mmap.mmap):
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
+            except (OSError, ValueError):
+                return
+            self._released = end
 
     def close(self) -> None:
         if isinstance(self.mm, mmap.mmap):
