@@ -124,6 +124,21 @@ def test_table_crc_walk_identical(monkeypatch, name):
     assert_same_walk(CommitLog.open(FIXTURES / "store"))
 
 
+FIXTURE_COMMITLOGS = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("commitlog") if p.is_dir())
+FUZZ_INPUTS = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("bugs/fuzz*/*") if p.is_file())
+
+
+@pytest.mark.parametrize("rel", FIXTURE_COMMITLOGS)
+def test_every_fixture_commitlog_identical(rel):
+    for check_crc in (True, False):
+        assert_same_walk(CommitLog.open(FIXTURES / rel), check_crc=check_crc, read_body=True)
+
+
+@pytest.mark.parametrize("rel", FUZZ_INPUTS)
+def test_fuzz_inputs_identical(tmp_path, rel):
+    assert_same_buffer(tmp_path, (FIXTURES / rel).read_bytes())
+
+
 def test_fixture_batches_and_columns():
     cl = CommitLog.open(FIXTURES / "store")
     pure = [r for r in cl.walk() if isinstance(r, Message)]
