@@ -348,6 +348,7 @@ class _QueueBase:
     unit_size = CQ_STORE_UNIT_SIZE
 
     def __post_init__(self) -> None:
+        self._recovered: tuple[int, tuple | None] | None = None
         self.path = Path(self.path)
         self.files, self.stray_files = list_mapped_files(self.path)
         self.problems = []
@@ -401,6 +402,12 @@ class _QueueBase:
     def _leading_valid(self, f: MappedFileInfo) -> tuple[int, tuple | None]:
         raise NotImplementedError
 
+    def _recover(self) -> tuple[int, tuple | None]:
+        """``_recover_scan`` once per queue object (memoised)."""
+        if self._recovered is None:
+            self._recovered = self._recover_scan()
+        return self._recovered
+
 
 class ConsumeQueue(_QueueBase):
     """Reader of one ``consumequeue/<topic>/<queueId>/`` directory (§8.1).
@@ -411,10 +418,6 @@ class ConsumeQueue(_QueueBase):
     """
 
     unit_size = CQ_STORE_UNIT_SIZE
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._recovered: tuple[int, tuple | None] | None = None
 
     @classmethod
     def open(cls, store_root: str | os.PathLike, topic: str, queue_id: int, file_size: int | None = None,
@@ -439,11 +442,6 @@ class ConsumeQueue(_QueueBase):
                 last = (off, size, tags)
             valid_end = pos + len(chunk)
         return valid_end, last
-
-    def _recover(self) -> tuple[int, tuple | None]:
-        if self._recovered is None:
-            self._recovered = self._recover_scan()
-        return self._recovered
 
     @property
     def max_offset(self) -> int:
@@ -541,10 +539,6 @@ class BatchConsumeQueue(_QueueBase):
 
     unit_size = BCQ_STORE_UNIT_SIZE
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._recovered: tuple[int, tuple | None] | None = None
-
     def _leading_valid(self, f: MappedFileInfo) -> tuple[int, tuple | None]:
         last = None
         valid_end = 0
@@ -555,11 +549,6 @@ class BatchConsumeQueue(_QueueBase):
                 last = unit
             valid_end = pos + len(chunk)
         return valid_end, last
-
-    def _recover(self) -> tuple[int, tuple | None]:
-        if self._recovered is None:
-            self._recovered = self._recover_scan()
-        return self._recovered
 
     @property
     def unit_count_end(self) -> int:
