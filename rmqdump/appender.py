@@ -90,7 +90,7 @@ def store_geometry(root: str | os.PathLike, *, commitlog_file_size: int | None =
     if cq_file_size is None:
         cq_file_size = infer_store_cq_file_size(root)
     if index_slots is None or index_entries is None:
-        files = list_index_files(root)
+        files = [f for f in list_index_files(root) if f.stat().st_size]  # zero-length: a crash artefact
         if files:
             geo = infer_geometry(files[-1].stat().st_size, index_slots, index_entries, files[-1])
             index_slots, index_entries = geo.hash_slot_num, geo.index_num

@@ -276,6 +276,7 @@ def infer_store_cq_file_size(store_root: str | os.PathLike, batch: bool = False)
     fallback: list[MappedFileInfo] = []
     for ref in discover_queues(store_root, batch=batch):
         files, _ = list_mapped_files(ref.path)
+        files = [f for f in files if f.size]  # a zero-length file is a crash artefact, not a size
         if len(files) >= 2:
             return infer_file_size(files, unit)
         if files and not fallback:

@@ -93,8 +93,9 @@ def read_checkpoint_for_recovery(store: Store) -> tuple[Checkpoint, str | None]:
     return cp, note
 
 
-def load_problems(store: Store, version: str = VERSION_49) -> list[str]:
-    """Why the broker's ``load()`` would fail on this commitlog directory (empty: it loads)."""
+def load_problems(store: Store, version: str = VERSION_49, zero_last_ok: bool = False) -> list[str]:
+    """Why the broker's ``load()`` would fail on this commitlog directory (empty: it loads).
+    ``zero_last_ok``: a zero-length last file is not a problem (5.x deletes it; so does repair)."""
     cl = store.commitlog
     out: list[str] = []
     d = cl.location
@@ -117,7 +118,7 @@ def load_problems(store: Store, version: str = VERSION_49) -> list[str]:
             out.append(f"{STORE_COMMITLOG_DIR}/{name}: {e.strerror}")
             continue
         if size != cl.file_size:
-            if size == 0 and version == VERSION_53 and name == last:
+            if size == 0 and (version == VERSION_53 or zero_last_ok) and name == last:
                 continue  # 5.x deletes a zero-length last file
             out.append(f"{STORE_COMMITLOG_DIR}/{name} is {size} bytes, not the store's file size "
                        f"{cl.file_size} (\"length not matched message store config value\")")
@@ -602,13 +603,14 @@ class RecoveryPrediction:
 def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool = True, use_mmap: bool = True,
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
                      previous_end: int | None = None, list_dropped: bool = True,
-                     cq_problems: list[CqProblem] | None = None) -> RecoveryPrediction:
+                     cq_problems: list[CqProblem] | None = None, zero_last_ok: bool = False) -> RecoveryPrediction:
     """Reproduce the broker's startup recovery on ``store`` (see the module docstring).
 
     ``previous_end`` (end of valid data as a plain walk sees it) only feeds the notes;
     ``queue_states`` (with their ``cq_problems``) may be passed to avoid reading the consume
     queues twice;
-    ``list_dropped=False`` skips the keep-going walk that lists the dropped records.
+    ``list_dropped=False`` skips the keep-going walk that lists the dropped records;
+    ``zero_last_ok``: a zero-length last commitlog file does not stop the start (repair deletes it).
     """
     if version not in VERSIONS:
         raise ValueError(f"unknown broker version model {version!r}")
@@ -618,7 +620,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     reason = "abort file present: the previous run did not shut down cleanly" if abnormal else \
         "no abort file: the previous run shut down cleanly"
     pred = RecoveryPrediction(version, mode, reason, previous_end=previous_end)
-    pred.load_errors = load_problems(store, version)
+    pred.load_errors = load_problems(store, version, zero_last_ok)
     if queue_states is None:
         queue_states, cq_problems = consume_queue_states(store)
     pred.load_errors += [str(p) for p in cq_problems or ()

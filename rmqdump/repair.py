@@ -411,7 +411,8 @@ class _QueueEdit:
         for pos, unit in self.units.items():
             fs = pos - pos % self.file_size
             by_file.setdefault(fs, {})[pos - fs] = unit
-        touched = set(by_file) | set(self.zero_from) | self.deleted
+        wrong_size = {fs for fs, f in self.existing.items() if f.size != self.file_size}
+        touched = set(by_file) | set(self.zero_from) | self.deleted | wrong_size
         for fs in sorted(touched):
             rel = f"{rel_dir}/{file_name(fs)}"
             units = by_file.get(fs, {})
@@ -426,6 +427,13 @@ class _QueueEdit:
                 continue
             f = self.existing[fs]
             zero_at = self.zero_from.get(fs)
+            if fs in wrong_size:
+                if f.size == 0 and not units and fs == max(self.existing):
+                    out.append(Change("delete", rel, group="consumequeue", why=f"{self.name}: zero-length last "
+                                      "file: a crash between creating and extending it"))
+                else:
+                    out += self._replace(f, rel, zero_at, units)
+                continue
             lo = min([*units, *([zero_at] if zero_at is not None else [])])
             hi = f.size
             fd = _open(f.path)
@@ -443,6 +451,40 @@ class _QueueEdit:
                                   data=None if data.count(0) == len(data) else data, group="consumequeue",
                                   why=f"{self.name}: entries"))
         return out
+
+
+    def _replace(self, f, rel: str, zero_at: int | None, units: dict[int, bytes]) -> list[Change]:
+        """A file of the wrong size (a crash between create and extend, or a cut copy): the broker's
+        load refuses it, so it is replaced by a full-size file holding its bytes (backed up by the delete)."""
+        keep = min(f.size, self.file_size, self.file_size if zero_at is None else zero_at)
+        fd = _open(f.path)
+        try:
+            final = bytearray(_pread_all(fd, keep, 0))
+        finally:
+            os.close(fd)
+        final.extend(bytes(self.file_size - len(final)))
+        for p, u in units.items():
+            final[p:p + CQ_STORE_UNIT_SIZE] = u
+        why = f"{self.name}: {f.size} bytes, not the queue file size {self.file_size} (the broker refuses to load it)"
+        return [Change("delete", rel, group="consumequeue", why=why),
+                Change("create", rel, size=self.file_size, pieces=_nonzero_pieces(final), group="consumequeue",
+                       why=why)]
+
+
+def _nonzero_pieces(buf: bytearray, unit: int = 4096) -> list[tuple[int, bytes]]:
+    """The ``unit``-aligned runs of ``buf`` holding a non-zero byte, as (offset, bytes)."""
+    runs: list[list[int]] = []
+    view = memoryview(buf)
+    zeros = bytes(unit)
+    for off in range(0, len(buf), unit):
+        chunk = view[off:off + unit]
+        if chunk == zeros[:len(chunk)]:
+            continue
+        if runs and runs[-1][1] == off:
+            runs[-1][1] = min(off + unit, len(buf))
+        else:
+            runs.append([off, min(off + unit, len(buf))])
+    return [(a, bytes(view[a:b])) for a, b in runs]
 
 
 def _merge_units(units: dict[int, bytes]) -> list[tuple[int, bytes]]:
@@ -598,7 +640,8 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     abort = read_abort(root)
     plan.abort_present = abort is not None
     states, cq_problems = consume_queue_states(store)
-    pred = predict_recovery(store, queue_states=states, use_mmap=use_mmap)
+    # a zero-length last segment (a crash between creating and extending it) holds nothing: it is deleted
+    pred = predict_recovery(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True)
     plan.prediction = pred
     plan.mode, plan.reason = pred.mode, pred.reason
     plan.warnings += cq_problems
@@ -682,10 +725,11 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
             plan.step("commitlog", "truncate", offset=end, file=seg.name, position=end - seg.start,
                       zero_from=seg.start + a, zero_bytes=b - a)
     for s in cl.segments:
-        if s.start > end:
+        if s.start > end or (s.size == 0 and s is cl.segments[-1]):
             has_data = nonzero_span(s.path, 0, s.size) is not None
-            plan.changes.append(Change("delete", f"{STORE_COMMITLOG_DIR}/{s.name}", group="commitlog",
-                                       why="segment after the end" + ("" if has_data else " (all zeros)")))
+            why = ("zero-length last segment: a crash between creating and extending it" if s.size == 0 else
+                   "segment after the end" + ("" if has_data else " (all zeros)"))
+            plan.changes.append(Change("delete", f"{STORE_COMMITLOG_DIR}/{s.name}", group="commitlog", why=why))
             plan.step("commitlog", "delete", file=s.name, has_data=has_data)
     filler_offsets = {a for a, _ in neutralised}
     _warn_entries_into(plan, states, neutralised)
@@ -699,7 +743,14 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                                     filler_offsets, cq_truncation)
 
     # -- index -------------------------------------------------------------------------------------------
-    files = list_index_files(root)
+    files = []
+    for p in list_index_files(root):
+        if _size(p) == 0:  # a crash between creating and extending it: holds nothing
+            plan.changes.append(Change("delete", f"{STORE_INDEX_DIR}/{p.name}", group="index",
+                                       why="zero-length index file: a crash between creating and extending it"))
+            plan.step("index", "delete", file=p.name, entries=0)
+        else:
+            files.append(p)
     full_end_ts = 0
     if rebuild_index or files:
         stage = Path(tempfile.mkdtemp(prefix="rmqdump-repair-"))
@@ -731,6 +782,13 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.step("outcome", "salvage", detail=f"keeps {kept_after} of the {plan.broker_would_lose} intact records "
                   "the broker's recovery would delete")
     return plan
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path, follow_symlinks=False).st_size
+    except OSError as e:
+        raise StoreError(f"cannot stat: {e.strerror}", path) from None
 
 
 def _blank(length: int) -> bytes:
@@ -888,7 +946,7 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
                 edits[key] = None
                 continue
             qdir = root / STORE_CONSUMEQUEUE_DIR / rec.topic / str(rec.queue_id)
-            ed = _QueueEdit(root, rec.topic, rec.queue_id, qdir, cq_file_size, [], 0, -1)
+            ed = _QueueEdit(root, rec.topic, rec.queue_id, qdir, cq_file_size, _unloaded_files(qdir), 0, -1)
             edits[key] = ed
         if ed is None:
             continue
@@ -912,6 +970,15 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
         if f.cq is not None and f.cq.stray_files:
             plan.warnings.append(f"consumequeue/{f.topic}/{f.queue_id}: stray files left alone")
     return out
+
+
+def _unloaded_files(qdir: Path) -> list:
+    """Files of a queue whose consume queue did not load (e.g. only a zero-length file): replaced or deleted."""
+    from .consumequeue import list_mapped_files
+
+    if not qdir.is_dir():
+        return []
+    return list_mapped_files(qdir)[0]
 
 
 def _cq_extent(st, from_units: int) -> int:
@@ -1346,8 +1413,11 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
             else:
                 item["zero_filled"] = True
         elif c.op == "create":
-            if target.exists() or target.is_symlink():
+            replaces = any(o.op == "delete" and o.path == c.path for o in plan.changes[:n - 1])
+            if (target.exists() or target.is_symlink()) and not replaces:
                 raise StoreError("file to create already exists", target)
+            if replaces:
+                item["replaces"] = True
             missing = []
             d = target.parent
             while not d.exists():
@@ -1566,6 +1636,7 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
         _guard(root)
         mismatched = []
         applied = doc["state"] == "applied"
+        replaced = {it["path"] for it in items if it["op"] == "create" and it.get("replaces")}
         for it in items:
             target = _safe_target(root, it["path"])
             if it["op"] == "write":
@@ -1573,6 +1644,8 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
                 if now not in (it["sha256_after"], it["sha256_before"]):
                     mismatched.append(it["path"])
             elif it["op"] == "delete":
+                if it["path"] in replaced:
+                    continue  # the create that replaced it is checked instead
                 if target.exists() and sha256_file(target) != it["sha256_before"]:
                     mismatched.append(it["path"])
             elif it["op"] == "create":
@@ -1634,7 +1707,7 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
             elif it["op"] == "delete":
                 ok = target.exists() and sha256_file(target) == it["sha256_before"]
             else:
-                ok = not target.exists()
+                ok = it.get("replaces") or not target.exists()  # a replaced file is checked by its delete
             if not ok:
                 raise StoreError("restored bytes do not match the backup's sha256", target)
             verified += 1

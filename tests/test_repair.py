@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -297,3 +298,63 @@ def test_backup_records_every_changed_byte(store_copy, tmp_path):
         new = p.read_bytes()
         changed = {i for i in range(len(old)) if old[i] != new[i]}
         assert changed <= covered[str(p.relative_to(store))], p
+
+
+# --- crash artefacts: files created but never extended --------------------------------------------------------
+
+CRASH_ZERO = Path(__file__).resolve().parents[1] / "fixtures" / "bugs" / "crash-zero-length" / "store"
+
+
+def test_zero_length_files_left_by_a_crash_are_repaired(tmp_path):
+    """fixtures/bugs/crash-zero-length: an appender killed between creating a file and extending it
+    (CI failure in test_kill9_at_random_points_then_repair: ``write [0, 20) past the end of a 0-byte
+    file``). Zero-length last files go; a zero-length CQ file that needs entries is replaced whole."""
+    store = tmp_path / "s"
+    shutil.copytree(CRASH_ZERO, store)
+    original = tree_digest(store)
+    assert any(f.kind == "zero_length_segment" for f in errors(store))
+    records = [m for m in messages(store / "commitlog") if m.topic == "CrashTopic"]
+    assert [(m.queue_id, m.queue_offset) for m in records] == [(0, 0), (0, 1), (1, 0)]
+
+    plan = plan_repair(store)
+    assert plan.blocked is None
+    ops = [(c.op, c.path) for c in plan.changes]
+    assert ("delete", "commitlog/00000000000000016384") in ops
+    assert ("delete", "index/20261122000000000") in ops
+    assert ("delete", "consumequeue/CrashTopic/1/00000000000000000600") in ops
+    q0 = "consumequeue/CrashTopic/0/00000000000000000000"
+    assert [op for op, p in ops if p == q0] == ["delete", "create"]
+    plan.cleanup()
+
+    _, result = apply_plan(store, backup_dir=tmp_path / "bk")
+    assert result is not None
+    assert errors(store) == []
+    assert (store / q0).stat().st_size == 600
+    q0_entries = sorted(e for e in cq_entries(store) if e[0] == "CrashTopic")
+    assert [(e[1], e[2], e[3], e[4]) for e in q0_entries] == [
+        (m.queue_id, m.queue_offset, m.offset, m.size) for m in sorted(records, key=lambda m: (m.queue_id, m.offset))]
+    assert not (store / "commitlog" / "00000000000000016384").exists()
+    assert not (store / "abort").exists()
+
+    undo_backup(tmp_path / "bk")
+    assert tree_digest(store) == original
+
+
+@pytest.mark.parametrize("size", [580, 620])
+def test_a_wrong_size_queue_file_is_replaced_and_undone(store_copy, tmp_path, size):
+    """A CQ file cut short or grown (the broker's load refuses both) becomes a full-size file holding
+    its first bytes; undo restores the original length and bytes."""
+    store = tmp_path / "s"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "store", store)
+    target = store / "consumequeue" / "TopicTest" / "1" / "00000000000000000000"
+    before = cq_entries(store)
+    data = target.read_bytes()
+    target.write_bytes((data + bytes(40))[:size])
+    original = tree_digest(store)
+    _, result = apply_plan(store, backup_dir=tmp_path / "bk")
+    assert result is not None
+    assert target.stat().st_size == 600
+    assert errors(store) == []
+    assert cq_entries(store) == before  # entries lost with the cut are dispatched again from the commitlog
+    undo_backup(tmp_path / "bk")
+    assert tree_digest(store) == original
