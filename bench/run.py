@@ -227,7 +227,8 @@ class Bench:
         for key, fn in steps:
             keys = groups.get(key, [key])
             names = {key, *keys, key.split("_")[0]}
-            if names & self.skip:
+            only = set(self.args.only or ())
+            if names & self.skip or (only and key != "read_bw" and not names & only):
                 for k in keys:
                     self.rows[k].result = "skipped"
                 continue
@@ -700,6 +701,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", help="store directory (default bench/data, quick: bench/data/quick)")
     ap.add_argument("--out", help="scratch output directory (default bench/out, quick: bench/out/quick)")
     ap.add_argument("--skip", nargs="*", help="row keys (or prefixes such as 'spark') to skip")
+    ap.add_argument("--only", nargs="*", help="run only these row keys or prefixes (the references always run)")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--write-results", action="store_true", help="write bench/RESULTS.md")
     ap.add_argument("--traceback", action="store_true", help="print tracebacks of failing benchmarks")
