@@ -161,6 +161,20 @@ class QueryResult:
     index_last_update_phy_offset: int = 0
 
 
+#: chain reads: a window of this many entries once hops are shorter than _DENSE_HOP entries
+_CHAIN_WINDOW = 4096
+_DENSE_HOP = 64
+_SPARSE_HOP = 1 << 62
+
+
+def _bad_prev(prev: int, number: int, count: int) -> str:
+    if prev < 0 or prev >= count:
+        return f"out of range [0, indexCount {count})"
+    if prev == number:
+        return "links to itself"
+    return "not an earlier entry: the broker only links to earlier entries; a cycle or a damaged link"
+
+
 def slot_of(key_hash: int, hash_slot_num: int) -> int:
     """``keyHash % hashSlotNum`` (keyHash is non-negative)."""
     return key_hash % hash_slot_num
@@ -273,12 +287,47 @@ class IndexFile:
         return self.header.begin_timestamp + entry.time_diff * 1000
 
     # -- chain walk ----------------------------------------------------------------------------
+    def chain(self, head: int, count: int | None = None) -> Iterator[tuple[int, int, int, int, int]]:
+        """Raw ``(number, keyHash, phyOffset, timeDiff, prevIndex)`` of the chain from entry ``head``, newest first.
+
+        Follows prevIndex while it is an earlier written entry (0 < prev < number); the caller
+        judges where the walk ended from the last tuple's prevIndex. Every step goes to a
+        smaller number, so the walk is bounded by ``head`` steps without remembering entries.
+        Reads one entry per pread, or a window of entries when the chain is dense (short
+        hops), so a long legal chain costs a few hundred reads, not one per entry.
+        """
+        if not 0 <= head < self.geometry.index_num:
+            raise FormatError(f"entry number {head} outside [0, {self.geometry.index_num})", self.path)
+        count = self.index_count if count is None else count
+        unpack = INDEX_ENTRY.unpack_from
+        entries_start = self.geometry.entries_start
+        buf = b""
+        base = 0  # number of the first entry in buf
+        n_buf = 0
+        cur = head
+        last_hop = _SPARSE_HOP
+        while True:
+            i = cur - base
+            if not 0 <= i < n_buf:
+                first = cur - _CHAIN_WINDOW + 1 if last_hop < _DENSE_HOP else cur
+                first = max(first, 0)
+                n_buf = cur - first + 1
+                buf = self._read(entries_start + first * INDEX_SIZE, n_buf * INDEX_SIZE)
+                base, i = first, cur - first
+            key_hash, phy, time_diff, prev = unpack(buf, i * INDEX_SIZE)
+            yield cur, key_hash, phy, time_diff, prev
+            if prev <= INDEX_INVALID_INDEX or prev >= cur or prev > count:
+                return
+            last_hop = cur - prev
+            cur = prev
+
     def walk(self, slot: int, strict: bool = True) -> Iterator[IndexEntry]:
         """Entries of the chain starting at ``slot``, newest first.
 
-        Stops where the broker stops (prev <= 0, > indexCount, == current). Cycles and
-        out-of-range values raise :class:`FormatError` when ``strict``, else end the walk.
-        The walk takes at most indexCount steps.
+        Stops where the broker stops (prev <= 0) and at a link the broker never writes:
+        a prevIndex not below the entry's own number (the broker links only to earlier
+        entries; this also ends cycles) or beyond indexCount. Those raise
+        :class:`FormatError` when ``strict``, else end the walk. At most indexCount steps.
         """
         count = self.index_count
         head = self.slot(slot)
@@ -289,22 +338,15 @@ class IndexFile:
                 raise FormatError(f"slot {slot} value {head} outside [0, indexCount {count})", self.path,
                                   self.geometry.slot_pos(slot))
             return
-        visited: set[int] = set()
-        cur = head
-        while True:
-            visited.add(cur)
-            e = self.entry(cur)
-            yield e
-            prev = e.prev_index
+        for number, key_hash, phy, time_diff, prev in self.chain(head, count):
+            yield IndexEntry(number, key_hash, phy, time_diff, prev)
             if prev == INDEX_INVALID_INDEX:
                 return
-            if prev < 0 or prev >= count or prev == cur or prev in visited:
+            if prev < 0 or prev >= count or prev >= number:
                 if strict:
-                    what = "cycle" if prev in visited else "out of range"
-                    raise FormatError(f"entry {cur} prevIndex {prev} ({what})", self.path,
-                                      self.geometry.entry_pos(cur) + 16)
+                    raise FormatError(f"entry {number} prevIndex {prev} ({_bad_prev(prev, number, count)})",
+                                      self.path, self.geometry.entry_pos(number) + 16)
                 return
-            cur = prev
 
     # -- query -------------------------------------------------------------------------------------
     def select_phy_offsets(self, key: str, max_num: int | None = None, begin: int = 0, end: int = LONG_MAX,
@@ -330,32 +372,35 @@ class IndexFile:
 
     def _walk_query(self, res: QueryResult, key_hash: int, start: int, count: int, max_num: int | None,
                     begin: int, end: int, strict: bool) -> None:
-        visited: set[int] = set()
-        cur = start
+        """The broker's loop; stops after ``max_num`` hits once one more is seen (``truncated``).
+
+        The broker follows any prevIndex in (0, indexCount] other than the entry itself; a
+        prevIndex not below the entry's own number is never written by it (and would loop), so
+        it ends the walk here as an anomaly — no visited set is needed to stay bounded.
+        """
+        if start >= self.geometry.index_num:
+            self._anomaly(res, strict, f"entry number {start} beyond the entry table", None)
+            return
         begin_ts = self.header.begin_timestamp
-        while True:
-            if cur >= self.geometry.index_num:
-                self._anomaly(res, strict, f"entry number {cur} beyond the entry table", None)
-                return
-            visited.add(cur)
-            _, key_read, phy, time_diff, prev = self.entry(cur)
+        offsets = res.phy_offsets
+        for cur, key_read, phy, time_diff, prev in self.chain(start, count):
             if time_diff < 0:
                 return
             time_read = begin_ts + time_diff * 1000
             if key_hash == key_read and begin <= time_read <= end:
-                if max_num is not None and len(res.phy_offsets) >= max_num:
+                if max_num is not None and len(offsets) >= max_num:
                     res.truncated = True
                     return
-                res.phy_offsets.append(phy)
+                offsets.append(phy)
             if prev <= INDEX_INVALID_INDEX or prev > count or prev == cur or time_read < begin:
                 if prev < 0 or prev > count:
                     self._anomaly(res, strict, f"entry {cur} prevIndex {prev} outside [0, {count}]",
                                   self.geometry.entry_pos(cur) + 16)
                 return
-            if prev in visited:
-                self._anomaly(res, strict, f"prevIndex cycle at entry {cur} -> {prev}", self.geometry.entry_pos(cur) + 16)
+            if prev > cur:
+                self._anomaly(res, strict, f"entry {cur} prevIndex {prev} ({_bad_prev(prev, cur, count)})",
+                              self.geometry.entry_pos(cur) + 16)
                 return
-            cur = prev
 
     def _anomaly(self, res: QueryResult, strict: bool, message: str, offset: int | None) -> None:
         if strict:

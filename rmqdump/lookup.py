@@ -23,6 +23,7 @@ from .commitlog import CommitLog, Skipped
 from .errors import FormatError, NotFoundError, RmqdumpError
 from .format import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
 from .geometry import StoreGeometry, check_index_file, geometry_hint, resolve_geometry
+from .indexfile import _bad_prev
 from .record import Blank, Invalid, Message
 from .store import Store
 
@@ -243,43 +244,91 @@ def _time_covered(plan: _IndexPlan, begin: int, end: int) -> bool:
     return lo <= begin and end <= hi
 
 
-def _chain_offsets(f, key_hash: int, lo: int) -> tuple[list[int], str | None]:
-    """``selectPhyOffset`` for one keyHash in one file, plus the first sign of damage in the chain.
+def _chain_offsets(f, key_hash: int, lo: int, out: set[int], stop: _EarlyStop | None = None) -> str | None:
+    """``selectPhyOffset`` for one keyHash in one file into ``out``; the first sign of damage in the chain.
 
     Same walk and stop rules as the broker (newest entry first; stop at a timeDiff < 0,
     at prevIndex 0, or once an entry reads older than ``lo``), except that what the broker
-    silently stops at is reported: a slot or prevIndex outside the written entries, a
-    cycle, an entry whose keyHash selects another slot, a negative timeDiff.
+    silently stops at (or loops on) is reported: a slot or prevIndex outside the written
+    entries, a prevIndex not below its entry's number (the broker only links to earlier
+    entries, so this bounds the walk), an entry whose keyHash selects another slot, a
+    negative timeDiff. With ``stop`` the walk ends once enough hits are confirmed in chain
+    order (see :class:`_EarlyStop`).
     """
-    from .errors import FormatError
-
     S = f.geometry.hash_slot_num
     slot = key_hash % S
-    out: list[int] = []
-    if f.index_count <= 1:
-        return out, None
+    count = f.index_count
+    if count <= 1:
+        return None
     begin_ts = f.header.begin_timestamp
     try:
-        for e in f.walk(slot, strict=True):
-            if e.key_hash < 0 or e.key_hash % S != slot:
-                return out, f"entry {e.number} in the chain of slot {slot} has keyHash {e.key_hash} (another slot's)"
-            if e.time_diff < 0:
-                return out, f"entry {e.number} in the chain of slot {slot} has a negative timeDiff {e.time_diff}"
-            t = begin_ts + e.time_diff * 1000
-            if e.key_hash == key_hash and t >= lo:
-                out.append(e.phy_offset)
+        head = f.slot(slot)
+        if head == 0:
+            return None
+        if head < 0 or head >= count:
+            return f"slot {slot} value {head} outside [0, indexCount {count})"
+        add = out.add
+        for number, kh, phy, time_diff, prev in f.chain(head, count):
+            if kh < 0 or kh % S != slot:
+                return f"entry {number} in the chain of slot {slot} has keyHash {kh} (another slot's)"
+            if time_diff < 0:
+                return f"entry {number} in the chain of slot {slot} has a negative timeDiff {time_diff}"
+            t = begin_ts + time_diff * 1000
             if t < lo:
                 break
+            if kh == key_hash:
+                add(phy)
+                if stop is not None and stop.enough(phy):
+                    break
+            if prev == 0:
+                break
+            if prev < 0 or prev >= number:
+                return f"entry {number} prevIndex {prev} ({_bad_prev(prev, number, count)})"
     except FormatError as exc:
-        return out, exc.message
-    return out, None
+        return exc.message
+    return None
 
 
-def _index_candidates(plan: _IndexPlan, topics: Iterable[str], key: str, begin: int) -> tuple[set[int], list]:
-    """Offsets whose index entry hashes like ``topic#key`` (newest file first, no cap), and damaged files.
+class _EarlyStop:
+    """Ends a key's chain walk (across its index files) once ``max_num`` + 1 hits are confirmed in chain order.
 
-    The window's end is not used here: a non-first file's first entry reads later than its
-    real store time (§9.6), so the end is applied to the decoded records instead.
+    The broker writes entries in commitlog order, so a chain read newest first lists
+    offsets from high to low. While that holds, the hits seen so far are the highest ones
+    and everything not yet read lies below them: the final newest-first confirmation
+    (capped at ``max_num``, one more for ``truncated``) never reaches it. A chain out of
+    order disables the stop for this key. Decoded records are kept for the confirmation.
+    """
+
+    def __init__(self, max_num: int, check: Callable[[int], bool]):
+        self.need = max_num + 1
+        self.check = check
+        self.hits = 0
+        self.last: int | None = None
+        self.ordered = True
+
+    def enough(self, off: int) -> bool:
+        last = self.last
+        if last is not None:
+            if off == last:
+                return False
+            if off > last:
+                self.ordered = False
+        self.last = off
+        if not self.ordered:
+            return False
+        if self.check(off):
+            self.hits += 1
+        return self.hits >= self.need
+
+
+def _index_candidates(plan: _IndexPlan, topics: Iterable[str], key: str, begin: int,
+                      stopper: Callable[[], _EarlyStop] | None = None) -> tuple[set[int], list]:
+    """Offsets whose index entry hashes like ``topic#key`` (newest file first), and damaged files.
+
+    Without ``stopper`` every chain is walked to its end; with it, each topic's walk ends
+    early once its hits are confirmed (see :class:`_EarlyStop`). The window's end is not
+    used here: a non-first file's first entry reads later than its real store time (§9.6),
+    so the end is applied to the decoded records instead.
     """
     from .javahash import index_key, index_key_hash
 
@@ -288,12 +337,14 @@ def _index_candidates(plan: _IndexPlan, topics: Iterable[str], key: str, begin: 
     lo = max(0, begin - INDEX_TIME_SLACK_MS) if begin > 0 else 0
     for topic in topics:
         key_hash = index_key_hash(index_key(topic, key))
+        stop = stopper() if stopper is not None else None
         for f in reversed(plan.files):
             if f.header.is_time_matched(lo, LONG_MAX):
-                found, damage = _chain_offsets(f, key_hash, lo)
-                out.update(found)
+                damage = _chain_offsets(f, key_hash, lo, out, stop)
                 if damage is not None and f.name not in damaged:
                     damaged[f.name] = (f, damage)
+                if stop is not None and stop.ordered and stop.hits >= stop.need:
+                    break
             if f.header.begin_timestamp < lo:
                 break
     return out, list(damaged.values())
@@ -408,8 +459,14 @@ def lookup_key(store: Store | str | os.PathLike, topic: str | None, key: str, be
         res.topics_searched = len(topics) if plan.files else 0
         candidates: set[int] = set()
         extra: list[tuple[int, int]] = []  # commitlog ranges of damaged index files
+        decoded: dict[int, Message | Blank | Invalid] = {}
         if plan.files:
-            found, damaged = _index_candidates(plan, topics, key, lo)
+            stopper = None
+            if max_num is not None:
+                is_hit = _hit_check(cl, decoded, {topic} if topic is not None else None, key, lo, hi, use_mmap,
+                                    geo.max_record_size)
+                stopper = lambda: _EarlyStop(max_num, is_hit)  # noqa: E731
+            found, damaged = _index_candidates(plan, topics, key, lo, stopper)
             candidates |= found
             for f, why in damaged:
                 h = f.header
@@ -439,18 +496,41 @@ def lookup_key(store: Store | str | os.PathLike, topic: str | None, key: str, be
                                    "scanned them")
         res.source = "index" if plan.files and not res.reasons else ("index+scan" if plan.files else "scan")
         _confirm(cl, sorted(candidates, reverse=True), {topic} if topic is not None else None, key, lo, hi, max_num,
-                 res, use_mmap, geo.max_record_size)
+                 res, use_mmap, geo.max_record_size, decoded)
     finally:
         for f in plan.files:
             f.close()
     return res
 
 
-def _confirm(cl: CommitLog, offsets: list[int], topics: set[str] | None, key: str, lo: int, hi: int,
-             max_num: int | None, res: LookupResult, use_mmap: bool, max_record_size: int) -> None:
+def _hit_check(cl: CommitLog, decoded: dict, topics: set[str] | None, key: str, lo: int, hi: int, use_mmap: bool,
+               max_record_size: int) -> Callable[[int], bool]:
+    """Whether the record at an offset is a hit exactly as :func:`_confirm` judges it (decoded records are kept)."""
     raw = {t.encode("utf-8") for t in topics} if topics is not None else None
+
+    def is_hit(off: int) -> bool:
+        rec = decoded.get(off)
+        if rec is None:
+            try:
+                rec = read_message(cl, off, use_mmap=use_mmap, max_record_size=max_record_size)
+            except RmqdumpError:
+                return False  # not a hit; the confirmation reports it if it gets that far
+            decoded[off] = rec
+        return (isinstance(rec, Message) and lo <= rec.store_timestamp <= hi
+                and (raw is None or rec.topic_raw in raw) and _key_matches(rec, key))
+
+    return is_hit
+
+
+def _confirm(cl: CommitLog, offsets: list[int], topics: set[str] | None, key: str, lo: int, hi: int,
+             max_num: int | None, res: LookupResult, use_mmap: bool, max_record_size: int,
+             decoded: dict | None = None) -> None:
+    raw = {t.encode("utf-8") for t in topics} if topics is not None else None
+    decoded = decoded or {}
     for off in offsets:
-        rec = read_message(cl, off, use_mmap=use_mmap, max_record_size=max_record_size)
+        rec = decoded.get(off)
+        if rec is None:
+            rec = read_message(cl, off, use_mmap=use_mmap, max_record_size=max_record_size)
         if not isinstance(rec, Message):
             res.unreadable.append((off, _describe_invalid(rec)))
             continue

@@ -216,10 +216,6 @@ def test_decompression_bomb_is_bounded(tmp_path):
     assert not problems, "\n".join(problems) + "\n" + r.describe()
 
 
-@pytest.mark.xfail(strict=True, reason="rmqdump/lookup.py:412 (_index_candidates) walks every index chain to its end "
-                   "(no max_num, --max only caps printed records) and rmqdump/indexfile.py:333 (_walk_query) keeps a "
-                   "visited set and a list of every entry: a legal 1,000,000-entry chain (one key on 1M messages) "
-                   "takes ~20 s and ~95 MB even with --max 5; a full 20M-entry file ~2 GB")
 def test_long_legal_index_chain_is_bounded(tmp_path):
     """fixtures/bugs/index-long-chain/make_index.py: one key's chain spans the whole entry table."""
     import importlib.util

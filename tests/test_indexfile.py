@@ -385,3 +385,39 @@ def test_writer_reopen_continues(tmp_path):
         assert w.geometry == IndexGeometry(11, 44) and w.header.index_count == 11
         w.bulk_put(hs[10:], phys[10:], tss[10:])
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes()
+
+
+@pytest.mark.parametrize("stride", [1, 3, 50, 100, 7000])
+def test_chain_walk_reads_windows_and_matches_the_entry_table(tmp_path, stride):
+    """Dense and sparse chains (a key every ``stride`` entries): walk() equals the chain rebuilt from the entries."""
+    path = tmp_path / "idx"
+    n = 20000
+    with IndexFileWriter.create(path, 97, 40000) as w:
+        for i in range(n):
+            key = "T#hot" if i % stride == 0 else f"T#k{i}"
+            w.put_key(key, 1000 + i, 1795297369112 + i)
+    with IndexFile(path, 97, 40000) as f:
+        slot = f.slot_for_key("T#hot")
+        walked = list(f.walk(slot))
+        want = sorted((e for e in f.iter_entries() if e.key_hash % 97 == slot), key=lambda e: -e.number)
+        assert walked == want
+        hot = index_key_hash("T#hot")
+        res = f.select_phy_offsets("T#hot")
+        assert res.phy_offsets == [e.phy_offset for e in want if e.key_hash == hot] and not res.anomalies
+        capped = f.select_phy_offsets("T#hot", max_num=2)
+        assert capped.phy_offsets == res.phy_offsets[:2] and capped.truncated
+
+
+def test_prev_index_above_its_entry_ends_the_walk(tmp_path):
+    """A prevIndex not below its own entry's number (never written by the broker) is a damaged link."""
+    path = _small_file(tmp_path)
+    with IndexFile(path) as f:
+        slot = f.slot_for_key("T#k1")
+        chain = [e.number for e in f.walk(slot)]
+    _poke(path, 40 + 4 * 10 + 20 * chain[1] + 16, ">i", chain[1] + 1)  # forward link, inside indexCount
+    with IndexFile(path) as f:
+        with pytest.raises(FormatError, match="not an earlier entry"):
+            list(f.walk(slot))
+        assert [e.number for e in f.walk(slot, strict=False)] == chain[:2]
+        res = f.select_phy_offsets("T#k1")
+        assert len(res.phy_offsets) == 2 and "not an earlier entry" in res.anomalies[0]

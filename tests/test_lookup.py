@@ -224,6 +224,51 @@ def test_damaged_body_is_still_found_with_a_warning():
 # --- --max and the time window ---------------------------------------------------------------
 
 
+@pytest.mark.parametrize("max_num", [1, 3, 9, 10, 11])
+def test_max_stops_the_chain_walk_early_with_the_same_answer(monkeypatch, max_num):
+    """--max ends the chain walk once max + 1 hits are confirmed in chain order; the answer is the full one's prefix."""
+    import rmqdump.lookup as lib
+
+    store = real_store(CLEAN)
+    full = lookup_key(store, "TopicTest", "order-0")
+    decoded: list[int] = []
+    real_read = lib.read_message
+    monkeypatch.setattr(lib, "read_message", lambda cl, off, **kw: decoded.append(off) or real_read(cl, off, **kw))
+    res = lookup_key(store, "TopicTest", "order-0", max_num=max_num)
+    want = [m.offset for m in full.hits]
+    assert [m.offset for m in res.hits] == want[:max_num] and res.truncated == (len(want) > max_num)
+    cut = want[max_num] if len(want) > max_num else -1
+    assert [c.offset for c in res.collisions] == [c.offset for c in full.collisions if c.offset > cut]
+    assert (res.source, res.reasons, res.unreadable) == (full.source, full.reasons, full.unreadable)
+    assert len(decoded) == len(set(decoded))  # every record decoded once
+    if max_num < 9:  # the walk stopped: older entries of the chain were never decoded
+        assert min(decoded) == want[max_num]
+
+
+def test_max_on_a_chain_out_of_commitlog_order_walks_it_all(tmp_path):
+    """A chain whose offsets rise as it is read (not what a broker writes): no early stop, same answer."""
+    from rmqdump.indexfile import IndexFile, IndexFileWriter
+
+    store = tmp_path / "s"
+    shutil.copytree(real_store(CLEAN), store)
+    want = expected_hits(lines(CLEAN, "message"), "TopicTest", "order-0")
+    (old,) = (store / "index").iterdir()
+    with IndexFile(old) as f:
+        h = f.header
+        geo = f.geometry
+    old.unlink()
+    key_hash = index_key_hash("TopicTest#order-0")
+    with IndexFileWriter.create(store / "index" / old.name, geo.hash_slot_num, geo.index_num) as w:
+        read = [want[3], want[0], *want[4:], want[1], want[2]]  # chain order (newest entry first), rising once
+        order = read[::-1]
+        for off in order:
+            w.put_hash(key_hash, off, h.begin_timestamp)
+        w.header.end_phy_offset = h.end_phy_offset
+    for max_num in (1, 2, 5):  # a stop after 3 entries would miss want[1] and want[2]
+        res = lookup_key(store, "TopicTest", "order-0", max_num=max_num)
+        assert [m.offset for m in res.hits] == want[:max_num] and res.truncated
+
+
 def test_max_with_truncated_marker():
     store = real_store(CLEAN)
     msgs = lines(CLEAN, "message")
@@ -438,7 +483,7 @@ def test_fixture_store_queue_and_msg_id():
     assert len(v6.msg_id) == 56 and lookup_msg_id(FIXTURES / "store-5x", v6.msg_id).hits[0].offset == v6.offset
 
 
-@pytest.mark.parametrize("field,value", [(0, 123456789), (16, 1999), (12, -5)])
+@pytest.mark.parametrize("field,value", [(0, 123456789), (16, 1999), (12, -5), (16, "head")])
 def test_damaged_chain_scans_the_files_range(store_copy, field, value):
     """One entry of a key's chain damaged (keyHash, prevIndex or timeDiff): detected, and nothing is lost."""
     import struct
@@ -452,6 +497,8 @@ def test_damaged_chain_scans_the_files_range(store_copy, field, value):
         chain = [e.number for e in f.walk(key_hash % 500)]
         victim = chain[len(chain) // 2]
         pos = f.geometry.entry_pos(victim) + field
+        if value == "head":  # a link to a later entry (a cycle): the broker only writes prevIndex < its number
+            value = chain[0]
     data = bytearray(path.read_bytes())
     data[pos:pos + 4] = struct.pack(">i", value)
     path.write_bytes(bytes(data))
@@ -459,6 +506,8 @@ def test_damaged_chain_scans_the_files_range(store_copy, field, value):
     r = run("lookup", store, "--key", "order-0", "--topic", "TopicTest", "-f", "jsonl")
     assert r.exit_code == 0 and offsets(r) == expected_hits(msgs, "TopicTest", "order-0")
     assert f"commitlog scan: index file {path.name} is damaged (entry" in r.stderr
+    if field == 16 and value == chain[0]:
+        assert "not an earlier entry" in r.stderr
 
 
 @pytest.mark.parametrize("seed", range(6))
