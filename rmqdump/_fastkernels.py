@@ -50,6 +50,35 @@ from .fastwalk import (  # kernel return codes and argument-block layout, shared
     INVALID,
     LIMIT,
     SEG_END,
+    V_ARENA,
+    V_ARENA_LEN,
+    V_ARENA_OFF,
+    V_ARENA_SIZE,
+    V_BUF,
+    V_COLUMNS,
+    V_HALF_OUT,
+    V_HT_IDS,
+    V_HT_KEYS,
+    V_HT_MASK,
+    V_I0,
+    V_N,
+    V_OUT_CAP,
+    V_OUT_CODE,
+    V_OUT_I,
+    V_Q_COUNT,
+    V_Q_NEXT,
+    V_Q_PY,
+    V_QT_KEYS,
+    V_QT_MASK,
+    V_QT_SLOTS,
+    V_QUEUE_CAP,
+    V_SEG_START,
+    V_SIZE,
+    V_STATE,
+    V_TCOUNT,
+    V_TFLAGS,
+    V_TOPIC_CAP,
+    V_TX_OUT,
 )
 
 K_END_OF_DATA, K_BAD_MAGIC, K_BAD_TOTALSIZE, K_TRUNCATED = 0, 1, 2, 3
@@ -476,6 +505,200 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         pos += total
 
 
+# --- verify: per-record checks over a walked batch (see rmqdump.verify.records) ------------------
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_QHASH = np.uint64(0x9E3779B97F4A7C15)
+_CRC_KEY = np.frombuffer(b"__CRC32#", dtype=np.uint8).copy()
+_INNER_KEY = np.frombuffer(b"INNER_NUM", dtype=np.uint8).copy()
+_TS_LO, _TS_HI, _HOUR = 946684800000, 4102444800000, 3600000
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _ends_with(buf, s, j, pat):
+    """Whether ``buf[s + j - len(pat):s + j]`` equals ``pat`` (within the field starting at s)."""
+    m = pat.size
+    if j < m:
+        return False
+    b = s + j - m
+    for k in range(m):
+        if buf[b + k] != pat[k]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_sysflag, c_born_ts, c_born_port,
+          c_store_ts, c_store_addr, c_store_port, c_reconsume, c_prepared, c_body_len, c_topic_start, c_topic_len,
+          c_props_start, c_props_len, ht_keys, ht_ids, ht_mask, arena, arena_off, arena_len, tflags, tcount,
+          qt_keys, qt_slots, qt_mask, q_next, q_count, q_py, state, tx_out, half_out):
+    """Verify rows ``i0..n`` of a batch: every record whose checks could report anything (or
+    that needs Python: a new topic or queue, a queue anomaly, a header-outlier candidate) stops
+    the loop; the others only update the compact state. Returns ``(row, code)``: code 0 all
+    done, 1 row's topic is not in the table yet, 2 row must be checked in Python."""
+    for i in range(i0, n):
+        pos = c_pos[i]
+        off = seg_start + pos
+        # topic id
+        ts = c_topic_start[i]
+        tl = np.int64(c_topic_len[i])
+        h = _FNV_OFFSET
+        for k in range(tl):
+            h = (h ^ np.uint64(buf[ts + k])) * _FNV_PRIME
+        slot = np.int64(h & np.uint64(ht_mask))
+        tid = -1
+        while True:
+            cand = ht_ids[slot]
+            if cand < 0:
+                break
+            if ht_keys[slot] == h and arena_len[cand] == tl:
+                a0 = arena_off[cand]
+                same = True
+                for k in range(tl):
+                    if arena[a0 + k] != buf[ts + k]:
+                        same = False
+                        break
+                if same:
+                    tid = np.int64(cand)
+                    break
+            slot = (slot + 1) & ht_mask
+        if tid < 0:
+            return i, 1
+        tf = tflags[tid]
+        if tf & 1 or c_phys[i] != off or pos == 0:
+            return i, 2
+        sf = np.int64(c_sysflag[i])
+        if sf & ~np.int64(0x7FF):
+            return i, 2
+        blen = np.int64(c_body_len[i])
+        if sf & 1 and blen > 0:
+            return i, 2
+        # properties: the shape check of verify.records._PROPS_OK, UTF-8, __CRC32#, INNER_NUM
+        ps = c_props_start[i]
+        pl = np.int64(c_props_len[i])
+        st = 0
+        inner = False
+        for j in range(pl):
+            b = buf[ps + j]
+            if b >= 0x80:
+                return i, 2
+            if b == 1:
+                if _ends_with(buf, ps, j, _CRC_KEY):
+                    return i, 2
+                if _ends_with(buf, ps, j, _INNER_KEY):
+                    inner = True
+            if st == 0 or st == 4:
+                if b <= 2:
+                    return i, 2
+                st = 1
+            elif st == 1:
+                if b == 1:
+                    st = 2
+                elif b == 0 or b == 2:
+                    return i, 2
+            elif st == 2:
+                if b == 0 or b == 2:
+                    return i, 2
+                st = 3
+            else:
+                if b == 2:
+                    st = 4
+                elif b == 0:
+                    return i, 2
+        if pl > 0 and st != 3 and st != 4:
+            return i, 2
+        tx = sf & 0xC
+        qoff = c_qoff[i]
+        prepared = c_prepared[i]
+        qslot = -1
+        if tx == 0 or tx == 8:
+            if sf & 0x80 and inner:
+                return i, 2
+            key = (np.uint64(tid) << np.uint64(32)) | (np.uint64(np.int64(c_qid[i])) & np.uint64(0xFFFFFFFF))
+            qs = np.int64(((key * _QHASH) >> np.uint64(32)) & np.uint64(qt_mask))
+            while True:
+                cs = qt_slots[qs]
+                if cs < 0:
+                    break
+                if qt_keys[qs] == np.int64(key):
+                    qslot = np.int64(cs)
+                    break
+                qs = (qs + 1) & qt_mask
+            if qslot < 0 or q_py[qslot] != 0 or qoff != q_next[qslot] or qoff == 0x7FFFFFFFFFFFFFFF:
+                return i, 2
+            if tx == 0 and prepared != 0:
+                return i, 2
+        elif qoff != 0:
+            return i, 2
+        st_ts = c_store_ts[i]
+        born_ts = c_born_ts[i]
+        if st_ts < _TS_LO or st_ts > _TS_HI or born_ts < _TS_LO or born_ts > _TS_HI:
+            return i, 2
+        bp = c_born_port[i]
+        sp = np.int64(c_store_port[i])
+        if bp < 0 or bp > 65535 or sp < 0 or sp > 65535:
+            return i, 2
+        alen = 16 if sf & 0x20 else 4
+        w0 = np.int64(c_store_addr[i, 0])
+        w1 = np.int64(c_store_addr[i, 1])
+        if state[5] != 0:
+            return i, 2
+        if state[0] != 0:
+            if state[0] != alen or state[1] != w0 or state[2] != w1 or state[3] != sp:
+                return i, 2
+            if tx != 8:
+                pt = state[4]
+                if pt < _TS_LO or pt > _TS_HI:
+                    return i, 2
+                d = st_ts - pt
+                if d >= _HOUR or d <= -_HOUR:
+                    return i, 2
+        if blen <= 0 and c_crc[i] != 0:
+            return i, 2
+        if c_qid[i] < 0 or c_reconsume[i] < 0:
+            return i, 2
+        # nothing to report: update the state
+        if qslot >= 0:
+            q_next[qslot] = qoff + 1
+            q_count[qslot] += 1
+            if tx == 8:
+                m = state[11]
+                tx_out[m, 0] = off
+                tx_out[m, 1] = pos
+                tx_out[m, 2] = prepared
+                tx_out[m, 3] = tx
+                state[11] = m + 1
+            if tf & 2:
+                half_out[state[12]] = off
+                state[12] += 1
+        elif tx == 12:
+            m = state[11]
+            tx_out[m, 0] = off
+            tx_out[m, 1] = pos
+            tx_out[m, 2] = prepared
+            tx_out[m, 3] = tx
+            state[11] = m + 1
+        state[0] = alen
+        state[1] = w0
+        state[2] = w1
+        state[3] = sp
+        if tx != 8:
+            state[4] = st_ts
+        if state[6] == 0:
+            state[6] = 1
+            state[7] = st_ts
+            state[8] = st_ts
+        else:
+            if st_ts < state[7]:
+                state[7] = st_ts
+            if st_ts > state[8]:
+                state[8] = st_ts
+        state[9] += c_size[i]
+        state[10] = off
+        tcount[tid] += 1
+    return n, 0
+
+
 # --- C entry points: one int64 argument block each (see fastwalk.ARG_BLOCK) -------------------------
 def _pointer_intrinsic(nbtype):
     @intrinsic
@@ -521,6 +744,34 @@ def walk_c(a):
 
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def vscan_c(a):
+    """``vscan`` over raw pointers: ``a`` is the argument block (fastwalk.V_*)."""
+    n = a[V_N]
+    c = V_COLUMNS
+    nt = a[V_TOPIC_CAP]
+    nq = a[V_QUEUE_CAP]
+    cap = a[V_OUT_CAP]
+    i, code = vscan(
+        carray(_p_u8(a[V_BUF]), (a[V_SIZE],)), a[V_I0], n, a[V_SEG_START],
+        carray(_p_i64(a[c + 0]), (n,)), carray(_p_i32(a[c + 1]), (n,)), carray(_p_i32(a[c + 2]), (n,)),
+        carray(_p_i32(a[c + 3]), (n,)), carray(_p_i64(a[c + 4]), (n,)), carray(_p_i64(a[c + 5]), (n,)),
+        carray(_p_i32(a[c + 6]), (n,)), carray(_p_i64(a[c + 7]), (n,)), carray(_p_i32(a[c + 8]), (n,)),
+        carray(_p_i64(a[c + 9]), (n,)), carray(_p_u64(a[c + 10]), (n, 2)), carray(_p_i32(a[c + 11]), (n,)),
+        carray(_p_i32(a[c + 12]), (n,)), carray(_p_i64(a[c + 13]), (n,)), carray(_p_i32(a[c + 14]), (n,)),
+        carray(_p_i64(a[c + 15]), (n,)), carray(_p_i32(a[c + 16]), (n,)), carray(_p_i64(a[c + 17]), (n,)),
+        carray(_p_i32(a[c + 18]), (n,)),
+        carray(_p_u64(a[V_HT_KEYS]), (a[V_HT_MASK] + 1,)), carray(_p_i32(a[V_HT_IDS]), (a[V_HT_MASK] + 1,)),
+        a[V_HT_MASK], carray(_p_u8(a[V_ARENA]), (a[V_ARENA_SIZE],)), carray(_p_i64(a[V_ARENA_OFF]), (nt,)),
+        carray(_p_i64(a[V_ARENA_LEN]), (nt,)), carray(_p_i32(a[V_TFLAGS]), (nt,)), carray(_p_i64(a[V_TCOUNT]), (nt,)),
+        carray(_p_i64(a[V_QT_KEYS]), (a[V_QT_MASK] + 1,)), carray(_p_i32(a[V_QT_SLOTS]), (a[V_QT_MASK] + 1,)),
+        a[V_QT_MASK], carray(_p_i64(a[V_Q_NEXT]), (nq,)), carray(_p_i64(a[V_Q_COUNT]), (nq,)),
+        carray(_p_i8(a[V_Q_PY]), (nq,)), carray(_p_i64(a[V_STATE]), (16,)), carray(_p_i64(a[V_TX_OUT]), (cap, 4)),
+        carray(_p_i64(a[V_HALF_OUT]), (cap,)))
+    a[V_OUT_I] = i
+    a[V_OUT_CODE] = code
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def crc32_c(a):
     """a[0] data pointer, a[1] length, a[2] mode (-1: this build's best) -> a[3] zlib.crc32."""
     mode = a[2]
@@ -536,7 +787,8 @@ def info_c(a):
     a[1] = ARG_BLOCK_SIZE
 
 
-ENTRY_POINTS = {"rmqdump_walk": walk_c, "rmqdump_crc32": crc32_c, "rmqdump_info": info_c}
+ENTRY_POINTS = {"rmqdump_walk": walk_c, "rmqdump_crc32": crc32_c, "rmqdump_info": info_c,
+                "rmqdump_vscan": vscan_c}
 
 # numba runtime helpers the cfunc wrappers reference on their error paths. The kernels never
 # take those paths (no allocation, no exceptions), but a shared library must resolve every

@@ -100,6 +100,18 @@ A_N, A_MAX_N, A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS = 7, 8, 9, 10, 11, 1
 A_OUT_N, A_OUT_POS, A_OUT_CODE = 36, 37, 38
 ARG_BLOCK_SIZE = 40
 
+# The int64 argument block of the verify-checks entry point (rmqdump_vscan; see rmqdump.verify.fast).
+VSCAN_COLUMNS: tuple[str, ...] = (
+    "file_pos", "size", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
+    "born_port", "store_timestamp", "store_addr", "store_port", "reconsume_times", "prepared_transaction_offset",
+    "body_length", "topic_start", "topic_length", "properties_start", "properties_length")
+V_BUF, V_SIZE, V_I0, V_N, V_SEG_START, V_COLUMNS = 0, 1, 2, 3, 4, 5
+V_HT_KEYS, V_HT_IDS, V_HT_MASK, V_ARENA, V_ARENA_SIZE, V_ARENA_OFF, V_ARENA_LEN = 24, 25, 26, 27, 28, 29, 30
+V_TFLAGS, V_TCOUNT, V_TOPIC_CAP, V_QT_KEYS, V_QT_SLOTS, V_QT_MASK = 31, 32, 33, 34, 35, 36
+V_Q_NEXT, V_Q_COUNT, V_Q_PY, V_QUEUE_CAP, V_STATE, V_TX_OUT, V_HALF_OUT, V_OUT_CAP = 37, 38, 39, 40, 41, 42, 43, 44
+V_OUT_I, V_OUT_CODE = 45, 46
+V_BLOCK_SIZE = 48
+
 _np: Any = None
 _backend: Any = None
 _backend_lock = threading.Lock()
@@ -117,10 +129,11 @@ def _numpy():
 class Backend:
     """The loaded kernels: ctypes entry points taking one int64 argument block each."""
 
-    def __init__(self, kind: str, walk, crc32, info):
+    def __init__(self, kind: str, walk, crc32, info, vscan=None):
         self.kind = kind
         self.walk = walk
         self.crc32 = crc32
+        self.vscan = vscan  # verify's per-record checks (None: an older build without them)
         block = (ctypes.c_int64 * 4)()
         info(ctypes.addressof(block))
         self.clmul = bool(block[0])
@@ -159,7 +172,8 @@ def _abi() -> bytes:
     """The caller/kernel contract: argument block layout, return codes, columns."""
     return repr((A_BUF, A_POS, A_SIZE, A_LIMIT, A_MAX_RECORD_SIZE, A_CHECK_CRC, A_CRC_MODE, A_N, A_MAX_N,
                  A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS, A_OUT_N, A_OUT_POS, A_OUT_CODE, ARG_BLOCK_SIZE,
-                 FULL, SEG_END, BLANK, LIMIT, DEFER, INVALID, CRC_TABLE, CRC_CLMUL, COLUMNS)).encode()
+                 FULL, SEG_END, BLANK, LIMIT, DEFER, INVALID, CRC_TABLE, CRC_CLMUL, COLUMNS, VSCAN_COLUMNS,
+                 V_COLUMNS, V_OUT_CODE, V_BLOCK_SIZE)).encode()
 
 
 def library_path() -> Path:
@@ -206,7 +220,7 @@ def build_library(path: Path) -> None:
 def _load_library(path: Path) -> Backend:
     lib = ctypes.CDLL(str(path))
     fns = []
-    for name in ("rmqdump_walk", "rmqdump_crc32", "rmqdump_info"):
+    for name in ("rmqdump_walk", "rmqdump_crc32", "rmqdump_info", "rmqdump_vscan"):
         fn = lib[name]
         fn.argtypes = [ctypes.c_void_p]
         fn.restype = None
@@ -226,7 +240,8 @@ def _import_fastkernels():
         from . import _fastkernels
 
         proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-        fns = [proto(f.address) for f in (_fastkernels.walk_c, _fastkernels.crc32_c, _fastkernels.info_c)]
+        fns = [proto(f.address) for f in (_fastkernels.walk_c, _fastkernels.crc32_c, _fastkernels.info_c,
+                                          _fastkernels.vscan_c)]
         return _fastkernels, fns
     finally:
         if hide and sys.modules.get("scipy", 0) is None:

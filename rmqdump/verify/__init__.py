@@ -93,10 +93,13 @@ The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .. import recovery as _recovery
 from ..errors import RmqdumpError
 from ..findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from ..format import MAX_RECORD_SIZE
@@ -111,8 +114,9 @@ from ..recovery import (
     consume_queue_states,
     predict_recovery,
 )
+from ..recovery import broker_walk as _ORIGINAL_BROKER_WALK  # noqa: F401  (verify.fast falls back to it)
 from ..store import Store
-from .records import SegmentResult, check_transactions, merge_segments, verify_segment
+from .records import SegmentResult, _fast_wanted, check_transactions, merge_segments, verify_segment
 from .store_checks import (
     CqChecker,
     RecordCache,
@@ -183,6 +187,44 @@ class VerifyReport:
         }
 
 
+_SWAP_LOCK = threading.RLock()
+
+
+@contextmanager
+def _fast_recovery_walk(enabled: bool, results: list[SegmentResult]):
+    """Let :func:`~rmqdump.recovery.predict_recovery` walk with the compiled kernels.
+
+    ``recovery.broker_walk`` is swapped for :func:`rmqdump.verify.fast.broker_walk_fast`
+    (identical results, pure fallback) while the prediction runs. TODO(recovery owner): call it
+    from ``predict_recovery`` directly and drop this swap.
+    """
+    if not enabled:
+        yield
+        return
+    from functools import partial
+
+    from .fast import broker_walk_fast
+
+    summaries = {r.start: r.walk_summary for r in results if r.walk_summary is not None}
+    with _SWAP_LOCK:
+        saved = _recovery.broker_walk
+        _recovery.broker_walk = partial(broker_walk_fast, summaries=summaries)
+        try:
+            yield
+        finally:
+            _recovery.broker_walk = saved
+
+
+def _parallel_jobs(segments, use_mmap: bool) -> int:
+    """Threads for the segment loop: all CPUs when every segment takes the compiled path."""
+    if not use_mmap or len(segments) < 2 or not all(_fast_wanted(s.size) for s in segments):
+        return 1
+    from ..fastwalk import backend, default_jobs
+
+    backend()  # load (or build) the kernels once, before the threads start
+    return min(default_jobs(), len(segments))
+
+
 def _sort_key(f: Finding):
     return (_SEV_RANK.get(f.severity, 9), f.file or "", -1 if f.offset is None else f.offset, f.kind)
 
@@ -235,7 +277,37 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     total = sum(s.size for s in cl.segments)
     done = 0
     results: list[SegmentResult] = []
-    for seg in cl.segments:
+    jobs = _parallel_jobs(cl.segments, use_mmap) if cq_checker is None else 1
+    if jobs > 1:  # compiled walks release the GIL: segments in threads, merged in order
+        from concurrent.futures import ThreadPoolExecutor
+
+        lock = threading.Lock()
+        seen: dict[int, int] = {}
+
+        def one(seg):
+            cb = None
+            if progress is not None:
+                def cb(pos: int, key: int = seg.start) -> None:
+                    with lock:
+                        seen[key] = pos
+                        progress(sum(seen.values()), total)
+            try:
+                return verify_segment(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
+                                      max_record_size=max_record_size, use_mmap=use_mmap,
+                                      file_label=seg_label(seg), on_message=None, progress=cb,
+                                      list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
+                                      zero_start=seg.start == 0 and seg is cl.segments[0])
+            except RmqdumpError as e:
+                return e
+
+        with ThreadPoolExecutor(max_workers=jobs) as ex:
+            for seg, res in zip(cl.segments, ex.map(one, cl.segments), strict=True):
+                if isinstance(res, RmqdumpError):
+                    findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(res)))
+                    continue
+                results.append(res)
+                findings += res.findings
+    for seg in cl.segments if jobs <= 1 else ():
         cb = None
         if progress is not None:
             base = done
@@ -263,19 +335,22 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
 
         # recovery prediction
         pred = None
+        fast_walk = use_mmap and _fast_wanted(total)
         try:
-            pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
-                                    list_limit=list_limit, queue_states=states if store_checks else None,
-                                    cq_problems=cq_problems, previous_end=valid_end)
+            with _fast_recovery_walk(fast_walk, results):
+                pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
+                                        list_limit=list_limit, queue_states=states if store_checks else None,
+                                        cq_problems=cq_problems, previous_end=valid_end)
         except RmqdumpError as e:
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
         if pred is not None and compare_versions and root is not None:
             other = VERSION_53 if version == VERSION_49 else VERSION_49
             try:
-                alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
-                                       list_limit=0, queue_states=states if store_checks else None,
-                                       cq_problems=cq_problems, list_dropped=False)
+                with _fast_recovery_walk(fast_walk, results):
+                    alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
+                                           list_limit=0, queue_states=states if store_checks else None,
+                                           cq_problems=cq_problems, list_dropped=False)
                 report.version_notes = _version_notes(pred, alt)
             except RmqdumpError:
                 pass

@@ -93,6 +93,9 @@ class SegmentResult:
     queues: dict[bytes, dict[int, QueueRun]] = field(default_factory=dict)
     half_offsets: set[int] = field(default_factory=set)
     tx_refs: list[tuple[int, int, int, int]] = field(default_factory=list)  # offset, file_pos, prepared, type
+    #: compiled path, clean segments only: what the broker's recovery walk of this file would see
+    #: (:func:`rmqdump.verify.fast.broker_walk_fast` reuses it instead of walking again)
+    walk_summary: tuple | None = None
 
     def stats(self) -> dict:
         return {
@@ -115,6 +118,13 @@ class _Emitter:
         if self.counts[kind] <= self.cap:
             self.res.findings.append(Finding(severity, kind, file or self.res.file, offset, detail))
 
+    def suppressed(self, label: str) -> None:
+        """One ``findings_suppressed`` finding per kind that went over the cap."""
+        for kind, c in self.counts.items():
+            if c > self.cap:
+                self.res.findings.append(Finding(INFO, "findings_suppressed", label, None,
+                                                 f"{c - self.cap} more {kind} findings in this segment not listed"))
+
 
 def _escape(b: bytes, limit: int = 60) -> str:
     s = b[:limit].decode("utf-8", "backslashreplace")
@@ -126,7 +136,8 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                    keep_going: bool = True, max_record_size: int = MAX_RECORD_SIZE, use_mmap: bool = True,
                    file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
                    progress: Callable[[int], None] | None = None, list_limit: int = 10000,
-                   max_findings_per_kind: int = 1000, zero_start: bool = False) -> SegmentResult:
+                   max_findings_per_kind: int = 1000, zero_start: bool = False,
+                   fast: bool | None = None) -> SegmentResult:
     """Verify every record of one segment (see the package docstring for the finding kinds).
 
     ``keep_going`` resynchronises past damage (as ``scan --keep-going``) and counts the
@@ -134,7 +145,20 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     ``on_message`` is called for every valid record (store-level cross checks);
     ``progress`` with the segment position every 1024 records. ``zero_start``: this is the
     first segment of a store whose commitlog starts at offset 0, so every queue starts at 0.
+    ``fast``: walk and check with the compiled kernels (:mod:`rmqdump.verify.fast`; identical
+    results); None = when they are available and the segment is big enough (``use_mmap`` only).
     """
+    if fast is None:
+        fast = use_mmap and _fast_wanted(segment.size)
+    if fast:
+        from .fast import verify_segment_fast
+
+        res = verify_segment_fast(segment, file_size=file_size, check_crc=check_crc, keep_going=keep_going,
+                                  max_record_size=max_record_size, file_label=file_label, on_message=on_message,
+                                  progress=progress, list_limit=list_limit,
+                                  max_findings_per_kind=max_findings_per_kind, zero_start=zero_start)
+        if res is not None:
+            return res
     label = file_label or str(segment.path)
     res = SegmentResult(segment.name, label, segment.start, segment.size, end_offset=segment.start)
     emit = _Emitter(res, max_findings_per_kind)
@@ -142,129 +166,21 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     walk = cl.walk(check_crc=check_crc, read_body=False, keep_going=keep_going, use_mmap=use_mmap,
                    max_record_size=max_record_size)
     reader = segment.open(use_mmap)
-    queues = res.queues
-    topics = res.topics
-    half_offsets = res.half_offsets
-    tx_refs = res.tx_refs
-    min_ts = max_ts = None
-    cand = prev_addr = prev_port = None
-    prev_ts = 0
+    chk = RecordChecker(res, emit, reader, zero_start, on_message)
+    check = chk.message
     n = 0
     damaged = False
     try:
         for rec in walk:
             if type(rec) is Message:
                 n += 1
-                off = rec.offset
                 if damaged:
                     res.intact_after_damage += 1
                     if len(res.intact_after_damage_offsets) < list_limit:
-                        res.intact_after_damage_offsets.append(off)
-                if rec.physical_offset != off:
-                    emit(ERROR, "physical_offset_mismatch", off,
-                         f"PHYSICALOFFSET field {rec.physical_offset} differs from the record's position {off} "
-                         "(the broker accepts it and copies the wrong value into the CQ and index)")
-                topic_raw = rec.topic_raw
-                raw = rec.properties_raw
-                if raw and _PROPS_OK(raw) is None:
-                    _bad_properties(emit, rec, raw)
-                elif not raw.isascii():
-                    try:
-                        raw.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        emit(WARNING, "properties_encoding", off,
-                             f"properties are not valid UTF-8 at byte {e.start} (Java replaces them with U+FFFD)")
-                if _CRC_KEY in raw:
-                    _record_crc(emit, reader, rec)
-                if not topic_raw or b"\x00" in topic_raw or b"/" in topic_raw:
-                    emit(ERROR, "bad_topic", off, f"topic {_escape(topic_raw)!r} is empty or holds NUL or '/'")
-                sf = rec.sys_flag
-                if sf & ~_KNOWN_SYSFLAG_BITS:
-                    emit(WARNING, "sysflag_unknown_bits", off, f"SYSFLAG 0x{sf & 0xFFFFFFFF:X} sets undefined bits")
-                if sf & COMPRESSED_FLAG and rec.body_length > 0:
-                    _compressed_header(emit, reader, rec)
-                tx = sf & TRANSACTION_TYPE_MASK
-                qoff = rec.queue_offset
-                if tx == 0 or tx == TRANSACTION_COMMIT_TYPE:
-                    qd = queues.get(topic_raw)
-                    if qd is None:
-                        qd = queues[topic_raw] = {}
-                    qid = rec.queue_id
-                    st = qd.get(qid)
-                    step = 1
-                    if sf & INNER_BATCH_FLAG and _INNER_NUM in raw:
-                        step = _inner_num(rec)
-                    if st is None:
-                        st = qd[qid] = QueueRun(qoff, off, 0 if zero_start else qoff, 0)
-                    st.count += 1
-                    if qoff != st.next_expected:
-                        _queue_anomaly(emit, rec, st, qoff, step)
-                    elif st.pending is not None:
-                        _flush_pending(emit, rec.topic, qid, st, jump=True)
-                        st.next_expected = qoff + step
-                    else:
-                        st.next_expected = qoff + step
-                    if tx == TRANSACTION_COMMIT_TYPE:
-                        tx_refs.append((off, rec.file_pos, rec.prepared_transaction_offset, tx))
-                    elif rec.prepared_transaction_offset:
-                        emit(WARNING, "tx_unexpected_prepared_offset", off,
-                             f"non-transactional record carries PREPARED TRANSACTION OFFSET "
-                             f"{rec.prepared_transaction_offset}")
-                    if topic_raw == _HALF:
-                        half_offsets.add(off)
-                else:
-                    if qoff != 0:
-                        emit(WARNING, "tx_queue_offset", off,
-                             f"{rec.transaction} record has QUEUEOFFSET {qoff}; the broker writes 0")
-                    if tx == TRANSACTION_ROLLBACK_TYPE:
-                        tx_refs.append((off, rec.file_pos, rec.prepared_transaction_offset, tx))
-                st_ts = rec.store_timestamp
-                if not _TS_MIN <= st_ts <= _TS_MAX or not _TS_MIN <= rec.born_timestamp <= _TS_MAX:
-                    emit(WARNING, "bad_timestamp", off,
-                         f"implausible timestamp (born {rec.born_timestamp}, store {st_ts})")
-                else:
-                    if min_ts is None or st_ts < min_ts:
-                        min_ts = st_ts
-                    if max_ts is None or st_ts > max_ts:
-                        max_ts = st_ts
-                if not 0 <= rec.born_port <= 65535 or not 0 <= rec.store_port <= 65535:
-                    emit(WARNING, "bad_host", off, f"port out of range (born {rec.born_port}, store {rec.store_port})")
-                # header outliers: one record whose store host / store time disagrees with both neighbours
-                s_addr, s_port = rec.store_addr, rec.store_port
-                if cand is not None:
-                    c_off, c_addr, c_port, c_ts, p_addr, p_port, p_ts = cand
-                    cand = None
-                    if (c_addr != p_addr or c_port != p_port) and s_addr == p_addr and s_port == p_port:
-                        emit(WARNING, "header_outlier", c_off,
-                             f"store host {format_host(c_addr, c_port)} differs from both neighbours "
-                             f"({format_host(p_addr, p_port)}): damaged STOREHOST field")
-                    elif (c_ts is not None and tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - p_ts) < _HOUR_MS
-                          and abs(c_ts - p_ts) >= _HOUR_MS and abs(c_ts - st_ts) >= _HOUR_MS):
-                        emit(WARNING, "header_outlier", c_off,
-                             f"store time {c_ts} is far from both neighbours ({p_ts}, {st_ts}): damaged "
-                             "STORETIMESTAMP field")
-                if prev_addr is not None and (s_addr != prev_addr or s_port != prev_port
-                                              or (tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - prev_ts) >= _HOUR_MS)):
-                    cand = (off, s_addr, s_port, None if tx == TRANSACTION_COMMIT_TYPE else st_ts,
-                            prev_addr, prev_port, prev_ts)
-                prev_addr, prev_port = s_addr, s_port
-                if tx != TRANSACTION_COMMIT_TYPE:
-                    prev_ts = st_ts
-                if rec.body_length <= 0 and rec.body_crc != 0:
-                    emit(WARNING, "empty_body_crc", off,
-                         f"empty body but BODYCRC {rec.body_crc} (the CRC of nothing is 0; not checked by the broker)")
-                if rec.queue_id < 0 or rec.reconsume_times < 0:
-                    emit(WARNING, "bad_field", off,
-                         f"negative QUEUEID {rec.queue_id} or RECONSUMETIMES {rec.reconsume_times}")
-                if res.first_record_store_timestamp is None and rec.file_pos == 0:
-                    res.first_record_store_timestamp = st_ts
-                topics[topic_raw] += 1
-                res.record_bytes += rec.size
-                res.last_record_offset = off
-                if on_message is not None:
-                    on_message(rec)
+                        res.intact_after_damage_offsets.append(rec.offset)
+                check(rec)
                 if progress is not None and n & 1023 == 0:
-                    progress(off - segment.start)
+                    progress(rec.offset - segment.start)
             elif type(rec) is Blank:
                 res.blanks += 1
                 res.blank_offset = rec.offset
@@ -272,14 +188,12 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                 damaged = True
                 _damage(emit, res, reader, rec.start, rec.end, rec.reason, followed=True)
                 if rec.reason.kind == BODY_CRC:
-                    _track_damaged_record(reader, rec.start - segment.start, queues, max_record_size, zero_start)
+                    _track_damaged_record(reader, rec.start - segment.start, res.queues, max_record_size,
+                                          zero_start)
     finally:
         res.records = n
-        res.min_store_timestamp, res.max_store_timestamp = min_ts, max_ts
-        for qd in queues.values():
-            for qid, st in qd.items():
-                if st.pending is not None:
-                    _flush_pending(emit, None, qid, st, jump=True)
+        res.min_store_timestamp, res.max_store_timestamp = chk.min_ts, chk.max_ts
+        chk.flush_queues()
         res.end_offset = max(res.end_offset, walk.end_offset)
         try:
             _finish_tail(emit, res, reader, walk.stop, keep_going)
@@ -287,11 +201,152 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
             reader.close()
     if progress is not None:
         progress(segment.size)
-    for kind, c in emit.counts.items():
-        if c > emit.cap:
-            res.findings.append(Finding(INFO, "findings_suppressed", label, None,
-                                        f"{c - emit.cap} more {kind} findings in this segment not listed"))
+    emit.suppressed(label)
     return res
+
+
+def _fast_wanted(nbytes: int) -> bool:
+    from .. import fastwalk
+
+    return fastwalk.use_fast(nbytes)
+
+
+class RecordChecker:
+    """The checks of one valid record and the cross-record state they need (one segment).
+
+    :meth:`message` is the whole per-record step of :func:`verify_segment`; the compiled path
+    (:mod:`rmqdump.verify.fast`) calls it for exactly the records its kernel cannot clear.
+    """
+
+    def __init__(self, res: SegmentResult, emit: _Emitter, reader, zero_start: bool,
+                 on_message: Callable[[Message], None] | None = None):
+        self.res, self.emit, self.reader = res, emit, reader
+        self.zero_start = zero_start
+        self.on_message = on_message
+        self.min_ts: int | None = None
+        self.max_ts: int | None = None
+        self.cand: tuple | None = None
+        self.prev_addr: bytes | None = None
+        self.prev_port: int | None = None
+        self.prev_ts = 0
+
+    def message(self, rec: Message) -> None:
+        """Check one valid record (in walk order) and update the state."""
+        res = self.res
+        emit = self.emit
+        queues = res.queues
+        off = rec.offset
+        if rec.physical_offset != off:
+            emit(ERROR, "physical_offset_mismatch", off,
+                 f"PHYSICALOFFSET field {rec.physical_offset} differs from the record's position {off} "
+                 "(the broker accepts it and copies the wrong value into the CQ and index)")
+        topic_raw = rec.topic_raw
+        raw = rec.properties_raw
+        if raw and _PROPS_OK(raw) is None:
+            _bad_properties(emit, rec, raw)
+        elif not raw.isascii():
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                emit(WARNING, "properties_encoding", off,
+                     f"properties are not valid UTF-8 at byte {e.start} (Java replaces them with U+FFFD)")
+        if _CRC_KEY in raw:
+            _record_crc(emit, self.reader, rec)
+        if not topic_raw or b"\x00" in topic_raw or b"/" in topic_raw:
+            emit(ERROR, "bad_topic", off, f"topic {_escape(topic_raw)!r} is empty or holds NUL or '/'")
+        sf = rec.sys_flag
+        if sf & ~_KNOWN_SYSFLAG_BITS:
+            emit(WARNING, "sysflag_unknown_bits", off, f"SYSFLAG 0x{sf & 0xFFFFFFFF:X} sets undefined bits")
+        if sf & COMPRESSED_FLAG and rec.body_length > 0:
+            _compressed_header(emit, self.reader, rec)
+        tx = sf & TRANSACTION_TYPE_MASK
+        qoff = rec.queue_offset
+        if tx == 0 or tx == TRANSACTION_COMMIT_TYPE:
+            qd = queues.get(topic_raw)
+            if qd is None:
+                qd = queues[topic_raw] = {}
+            qid = rec.queue_id
+            st = qd.get(qid)
+            step = 1
+            if sf & INNER_BATCH_FLAG and _INNER_NUM in raw:
+                step = _inner_num(rec)
+            if st is None:
+                st = qd[qid] = QueueRun(qoff, off, 0 if self.zero_start else qoff, 0)
+            st.count += 1
+            if qoff != st.next_expected:
+                _queue_anomaly(emit, rec, st, qoff, step)
+            elif st.pending is not None:
+                _flush_pending(emit, rec.topic, qid, st, jump=True)
+                st.next_expected = qoff + step
+            else:
+                st.next_expected = qoff + step
+            if tx == TRANSACTION_COMMIT_TYPE:
+                res.tx_refs.append((off, rec.file_pos, rec.prepared_transaction_offset, tx))
+            elif rec.prepared_transaction_offset:
+                emit(WARNING, "tx_unexpected_prepared_offset", off,
+                     f"non-transactional record carries PREPARED TRANSACTION OFFSET "
+                     f"{rec.prepared_transaction_offset}")
+            if topic_raw == _HALF:
+                res.half_offsets.add(off)
+        else:
+            if qoff != 0:
+                emit(WARNING, "tx_queue_offset", off,
+                     f"{rec.transaction} record has QUEUEOFFSET {qoff}; the broker writes 0")
+            if tx == TRANSACTION_ROLLBACK_TYPE:
+                res.tx_refs.append((off, rec.file_pos, rec.prepared_transaction_offset, tx))
+        st_ts = rec.store_timestamp
+        if not _TS_MIN <= st_ts <= _TS_MAX or not _TS_MIN <= rec.born_timestamp <= _TS_MAX:
+            emit(WARNING, "bad_timestamp", off,
+                 f"implausible timestamp (born {rec.born_timestamp}, store {st_ts})")
+        else:
+            if self.min_ts is None or st_ts < self.min_ts:
+                self.min_ts = st_ts
+            if self.max_ts is None or st_ts > self.max_ts:
+                self.max_ts = st_ts
+        if not 0 <= rec.born_port <= 65535 or not 0 <= rec.store_port <= 65535:
+            emit(WARNING, "bad_host", off, f"port out of range (born {rec.born_port}, store {rec.store_port})")
+        # header outliers: one record whose store host / store time disagrees with both neighbours
+        s_addr, s_port = rec.store_addr, rec.store_port
+        prev_addr, prev_port, prev_ts = self.prev_addr, self.prev_port, self.prev_ts
+        if self.cand is not None:
+            c_off, c_addr, c_port, c_ts, p_addr, p_port, p_ts = self.cand
+            self.cand = None
+            if (c_addr != p_addr or c_port != p_port) and s_addr == p_addr and s_port == p_port:
+                emit(WARNING, "header_outlier", c_off,
+                     f"store host {format_host(c_addr, c_port)} differs from both neighbours "
+                     f"({format_host(p_addr, p_port)}): damaged STOREHOST field")
+            elif (c_ts is not None and tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - p_ts) < _HOUR_MS
+                  and abs(c_ts - p_ts) >= _HOUR_MS and abs(c_ts - st_ts) >= _HOUR_MS):
+                emit(WARNING, "header_outlier", c_off,
+                     f"store time {c_ts} is far from both neighbours ({p_ts}, {st_ts}): damaged "
+                     "STORETIMESTAMP field")
+        if prev_addr is not None and (s_addr != prev_addr or s_port != prev_port
+                                      or (tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - prev_ts) >= _HOUR_MS)):
+            self.cand = (off, s_addr, s_port, None if tx == TRANSACTION_COMMIT_TYPE else st_ts,
+                         prev_addr, prev_port, prev_ts)
+        self.prev_addr, self.prev_port = s_addr, s_port
+        if tx != TRANSACTION_COMMIT_TYPE:
+            self.prev_ts = st_ts
+        if rec.body_length <= 0 and rec.body_crc != 0:
+            emit(WARNING, "empty_body_crc", off,
+                 f"empty body but BODYCRC {rec.body_crc} (the CRC of nothing is 0; not checked by the broker)")
+        if rec.queue_id < 0 or rec.reconsume_times < 0:
+            emit(WARNING, "bad_field", off,
+                 f"negative QUEUEID {rec.queue_id} or RECONSUMETIMES {rec.reconsume_times}")
+        if res.first_record_store_timestamp is None and rec.file_pos == 0:
+            res.first_record_store_timestamp = st_ts
+        res.topics[topic_raw] += 1
+        res.record_bytes += rec.size
+        res.last_record_offset = off
+        if self.on_message is not None:
+            self.on_message(rec)
+
+    def flush_queues(self) -> None:
+        """End of the segment: report every still-pending queue anomaly."""
+        for qd in self.res.queues.values():
+            for qid, st in qd.items():
+                if st.pending is not None:
+                    _flush_pending(self.emit, None, qid, st, jump=True)
 
 
 def _track_damaged_record(reader, pos: int, queues: dict, max_record_size: int, zero_start: bool) -> None:
@@ -569,12 +624,35 @@ def check_transactions(results: list[SegmentResult], cache, min_offset: int) -> 
     """COMMIT/ROLLBACK records must point at an existing, earlier half message (``cache``: a RecordCache)."""
     out: list[Finding] = []
     halves: set[int] = set()
+    arrays = []
     for r in results:
-        halves |= r.half_offsets
+        if isinstance(r.half_offsets, set):
+            halves |= r.half_offsets
+        else:  # the compiled path keeps them as a sorted numpy array
+            arrays.append(r.half_offsets)
+    sorted_halves = None
+    if arrays:
+        import numpy as np
+
+        sorted_halves = np.unique(np.concatenate(arrays + [np.fromiter(halves, np.int64, len(halves))]))
     for r in results:
-        for off, _pos, prepared, tx in r.tx_refs:
+        refs = r.tx_refs
+        if sorted_halves is not None or not isinstance(refs, list):
+            import numpy as np
+
+            refs = np.asarray(refs, dtype=np.int64).reshape(-1, 4)
+            if refs.size:
+                if sorted_halves is None:
+                    sorted_halves = np.fromiter(sorted(halves), np.int64, len(halves))
+                prepared = refs[:, 2]
+                idx = np.minimum(np.searchsorted(sorted_halves, prepared), max(sorted_halves.size - 1, 0))
+                ok = (sorted_halves[idx] == prepared) & (prepared < refs[:, 0]) if sorted_halves.size else \
+                    np.zeros(len(refs), dtype=bool)
+                refs = refs[~ok]
+            refs = [tuple(int(v) for v in row) for row in refs]
+        for off, _pos, prepared, tx in refs:
             name = "COMMIT" if tx == TRANSACTION_COMMIT_TYPE else "ROLLBACK"
-            if prepared in halves and prepared < off:
+            if sorted_halves is None and prepared in halves and prepared < off:
                 continue
             if prepared < min_offset and prepared >= 0:
                 out.append(Finding(INFO, "tx_half_expired", r.file, off,
