@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from ..findings import ERROR, INFO, WARNING
 from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
@@ -15,6 +14,10 @@ from ..store import Store
 from ..verify import verify_store
 from .options import access_options, output_options
 from .output import default_format, diag, emit_document, escape_control, progress_bar
+
+if TYPE_CHECKING:  # rich loads only for the table report
+    from rich.console import Console
+    from rich.text import Text
 
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
 _TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
@@ -57,6 +60,8 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
             raise click.BadParameter(f"cannot parse {delay_levels!r}", param_hint="--delay-levels") from None
     store = Store.open(path)
     total = sum(s.size for s in store.commitlog.segments)
+    if not quiet and not no_mmap and _fast_needs_build(store):
+        diag("verify: compiling the fast kernels once for this machine (10-30 s)")
     with progress_bar(total, "verifying", not quiet) as update:
         report = verify_store(
             store, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
@@ -75,17 +80,29 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     return 0
 
 
+def _fast_needs_build(store: Store) -> bool:
+    """Whether this run takes the compiled path and its shared library is not built yet."""
+    from .. import fastwalk
+
+    return any(fastwalk.use_fast(s.size) for s in store.commitlog.segments) and not fastwalk.library_ready()
+
+
 def _safe(s) -> str:
     """Terminal-safe text: control characters escaped, newlines and tabs included."""
     return escape_control(str(s)).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
 
 
 def _t(s) -> Text:
+    from rich.text import Text
+
     return Text(_safe(s))
 
 
 def render_report(console: Console, doc: dict) -> None:
     """The human report: summary, recovery prediction, salvage, findings grouped by severity."""
+    from rich.table import Table
+    from rich.text import Text
+
     s = doc["summary"]
     status = Text("DAMAGED" if s["errors"] else "CLEAN", style="bold red" if s["errors"] else "bold green")
     head = Text("rmqdump verify ")
