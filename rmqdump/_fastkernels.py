@@ -536,18 +536,27 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
     that needs Python: a new topic or queue, a queue anomaly, a header-outlier candidate) stops
     the loop; the others only update the compact state. Returns ``(row, code)``: code 0 all
     done, 1 row's topic is not in the table yet, 2 row must be checked in Python."""
+    last_tid = np.int64(-1)
     for i in range(i0, n):
         pos = c_pos[i]
         off = seg_start + pos
-        # topic id
+        # topic id: the previous record's topic (the common case), else the hash table
         ts = c_topic_start[i]
         tl = np.int64(c_topic_len[i])
+        tid = np.int64(-1)
+        if last_tid >= 0 and arena_len[last_tid] == tl:
+            a0 = arena_off[last_tid]
+            tid = last_tid
+            for k in range(tl):
+                if arena[a0 + k] != buf[ts + k]:
+                    tid = np.int64(-1)
+                    break
         h = _FNV_OFFSET
-        for k in range(tl):
-            h = (h ^ np.uint64(buf[ts + k])) * _FNV_PRIME
+        if tid < 0:
+            for k in range(tl):
+                h = (h ^ np.uint64(buf[ts + k])) * _FNV_PRIME
         slot = np.int64(h & np.uint64(ht_mask))
-        tid = -1
-        while True:
+        while tid < 0:
             cand = ht_ids[slot]
             if cand < 0:
                 break
@@ -564,6 +573,7 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
             slot = (slot + 1) & ht_mask
         if tid < 0:
             return i, 1
+        last_tid = tid
         tf = tflags[tid]
         if tf & 1 or c_phys[i] != off or pos == 0:
             return i, 2
