@@ -459,7 +459,6 @@ def _index_batch(rows: list, split: IndexSplit, name: str, begin: int) -> pa.Rec
 # --- the vectorised path: compiled walk + numpy/Arrow compute ---------------------------------------
 
 _V4_ONLY = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
-_HEX = None
 
 
 def _fast_usable(nbytes: int, fast: bool | None) -> bool:
@@ -507,29 +506,12 @@ def _gather(rb, field: str) -> pa.Array:
 
 
 class _FastContext:
-    """Per-split caches of the vectorised builder (hosts, sysflag names, topics, tag hashes)."""
+    """Per-split state of the vectorised builder (the split, delay levels, sysflag names)."""
 
     def __init__(self, split: SegmentSplit, delay_levels_ms: list[int]):
         self.split = split
         self.delay = delay_levels_ms
-        self.hosts: dict[int, str] = {}
         self.flags: dict[int, tuple[str, str]] = {}
-        self.topics: dict[bytes, str] = {}
-        self.tag_codes: dict[str, int] = {}
-
-    def host_column(self, addr, port) -> pa.Array:
-        import numpy as np
-
-        a4 = np.ascontiguousarray(addr[:, :4]).view(np.uint32).ravel().astype(np.int64)
-        key = (a4 << 32) | (port.astype(np.int64) & 0xFFFFFFFF)
-        uniq, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        names = []
-        for k, i in zip(uniq.tolist(), first.tolist(), strict=True):
-            h = self.hosts.get(k)
-            if h is None:
-                h = self.hosts[k] = format_host(bytes(addr[i, :4]), int(port[i]))
-            names.append(h)
-        return pa.array(names, pa.string()).take(pa.array(inverse.ravel()))
 
     def flag_columns(self, sys_flag) -> tuple[pa.Array, pa.Array]:
         import numpy as np
@@ -546,127 +528,30 @@ class _FastContext:
         idx = pa.array(inverse.ravel())
         return pa.array(tx, pa.string()).take(idx), pa.array(comp, pa.string()).take(idx)
 
-    def topic_column(self, topic_bin: pa.Array) -> pa.Array:
-        import pyarrow.compute as pc
 
-        enc = pc.dictionary_encode(topic_bin)
-        names = []
-        for raw in enc.dictionary.to_pylist():
-            t = self.topics.get(raw)
-            if t is None:
-                t = self.topics[raw] = raw.decode("utf-8", "replace")
-            names.append(t)
-        return pa.array(names, pa.string()).take(enc.indices)
-
-    def tag_code_column(self, tags: pa.Array) -> pa.Array:
-        import numpy as np
-        import pyarrow.compute as pc
-
-        enc = pc.dictionary_encode(tags)
-        codes = []
-        for t in enc.dictionary.to_pylist():
-            c = self.tag_codes.get(t)
-            if c is None:
-                c = self.tag_codes[t] = tags_hash(t)
-            codes.append(c)
-        idx = enc.indices.to_numpy(zero_copy_only=False)
-        lookup = np.array(codes + [0], dtype=np.int64)  # null TAGS -> 0, like tags_hash(None)
-        idx = np.where(enc.indices.is_null().to_numpy(zero_copy_only=False), len(codes), idx).astype(np.int64)
-        return lookup[idx]
-
-
-def _msg_ids(store_addr, store_port, phys) -> pa.Array:
-    """``create_offset_msg_id`` of IPv4 records, vectorised: hex of addr + port + offset, upper case."""
+def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool) -> pa.RecordBatch:
+    """One fastwalk RecordBatch as Arrow columns; ``d``: its :func:`rmqdump.fastrender.derive` columns
+    (properties, keys, tags, hosts, msg_id ...) built by the compiled renderer, no row flagged."""
     import numpy as np
-
-    global _HEX
-    if _HEX is None:
-        _HEX = np.array([f"{i:02X}".encode() for i in range(256)], dtype="S2")
-    n = len(phys)
-    raw = np.empty((n, 16), dtype=np.uint8)
-    raw[:, :4] = store_addr[:, :4]
-    raw[:, 4:8] = store_port.astype(">i4").view(np.uint8).reshape(n, 4)
-    raw[:, 8:16] = phys.astype(">i8").view(np.uint8).reshape(n, 8)
-    data = _HEX[raw].tobytes()
-    offsets = np.arange(0, 32 * n + 1, 32, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _list_from(parents, values: pa.Array, n: int, typ: pa.DataType, keys: pa.Array | None = None) -> pa.Array:
-    """A list (or map with ``keys``) array of ``n`` rows from values and their row numbers (ascending)."""
-    import numpy as np
-
-    counts = np.bincount(parents, minlength=n) if len(parents) else np.zeros(n, dtype=np.int64)
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(counts, out=offsets[1:])
-    if keys is not None:  # (no type= here: pyarrow < 15 lacks it)
-        arr = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
-        return arr if arr.type == typ else arr.cast(typ)
-    return pa.ListArray.from_arrays(pa.array(offsets), values, type=typ)
-
-
-def _fast_columns(rb, ctx: _FastContext, include_body: bool, decompress: bool) -> pa.RecordBatch | None:
-    """One fastwalk RecordBatch as Arrow columns, or None when it needs the per-record path."""
-    import numpy as np
-    import pyarrow.compute as pc
 
     c = rb.columns
     n = rb.n
     sys_flag = c["sys_flag"]
-    if (sys_flag & _V4_ONLY).any():
-        return None
-    props_bin = _gather(rb, "properties")
-    try:
-        props_str = props_bin.cast(pa.string())
-    except pa.ArrowInvalid:  # undecodable bytes: Java's replacement decoding, per record
-        return None
-    # properties: split on 0x02, a pair needs a non-empty name before its first 0x01 and a non-empty value
-    pieces = pc.split_pattern(props_str, "\x02")
-    parent = pc.list_parent_indices(pieces)
-    kv = pc.split_pattern(pc.list_flatten(pieces), "\x01", max_splits=1)
-    two = pc.equal(pc.list_value_length(kv), 2)
-    kv, parent = kv.filter(two), parent.filter(two)
-    names, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
-    ok = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
-    names, values, parent = names.filter(ok), values.filter(ok), parent.filter(ok)
-    parent_np = parent.to_numpy(zero_copy_only=False)
-    if len(names):
-        codes = pc.dictionary_encode(names)
-        k = len(codes.dictionary)
-        key = parent_np.astype(np.int64) * k + codes.indices.to_numpy(zero_copy_only=False)
-        if n * k <= 1 << 24:
-            repeated = np.bincount(key, minlength=n * k).max() > 1
-        else:
-            repeated = np.unique(key).size != key.size
-        if repeated:  # a repeated name (batch messages repeat WAIT): like a dict, the last value at the
-            _, first = np.unique(key, return_index=True)  # position of the first occurrence
-            _, last_rev = np.unique(key[::-1], return_index=True)
-            last = key.size - 1 - last_rev
-            order = np.argsort(first, kind="stable")
-            first, last = first[order], last[order]
-            names, values = names.take(pa.array(first)), values.take(pa.array(last))
-            parent_np = parent_np[first]
-    properties = _list_from(parent_np, values, n, _FIELD_TYPES["properties"], keys=names)
-
-    def prop(name: str) -> pa.Array:
-        sel = pc.equal(names, name)
-        rows = parent_np[sel.to_numpy(zero_copy_only=False)]
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[rows] = np.arange(len(rows))
-        return values.filter(sel).take(pa.array(pos, mask=pos < 0))
-
-    tags, uniq = prop(PROPERTY_TAGS), prop(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-    key_parts = pc.split_pattern(prop(PROPERTY_KEYS), " ")
-    flat, kp = pc.list_flatten(key_parts), pc.list_parent_indices(key_parts)
-    nonempty = pc.greater(pc.binary_length(flat), 0)
-    keys = _list_from(kp.filter(nonempty).to_numpy(zero_copy_only=False), flat.filter(nonempty), n,
-                      _FIELD_TYPES["keys"])
-
-    topic_bin = _gather(rb, "topic")
-    topic = ctx.topic_column(topic_bin)
-    tag_codes = ctx.tag_code_column(tags)
+    props_type = _FIELD_TYPES["properties"]
+    properties = pa.MapArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, d.entries]), d.names,
+                                         d.values)
+    if properties.type != props_type:
+        properties = properties.cast(props_type)
+    keys = pa.ListArray.from_arrays(pa.Array.from_buffers(pa.int32(), n + 1, [None, d.keys]), d.key_values,
+                                    type=_FIELD_TYPES["keys"])
+    tags, uniq, topic = d.tags, d.uniq, d.topic
+    tag_codes = d.tags_code
     tag_null = np.zeros(n, dtype=bool)
-    sched = pc.equal(topic_bin, pa.scalar(_SCHEDULE_RAW, pa.binary())).to_numpy(zero_copy_only=False)
+    sched = c["topic_length"] == len(_SCHEDULE_RAW)
+    if sched.any():
+        import pyarrow.compute as pc
+
+        sched &= pc.equal(topic, SCHEDULE_TOPIC).to_numpy(zero_copy_only=False)
     for i in np.flatnonzero(sched).tolist():  # delivery times of the delay topic: per record
         try:
             tag_codes[i] = rb.message(i, read_body=False).tags_code(ctx.delay)
@@ -694,12 +579,11 @@ def _fast_columns(rb, ctx: _FastContext, include_body: bool, decompress: bool) -
         "flag": pa.array(c["flag"].copy()), "queue_offset": pa.array(c["queue_offset"].copy()),
         "physical_offset": pa.array(c["physical_offset"].copy()), "sys_flag": pa.array(sys_flag.copy()),
         "transaction": tx, "compression": comp, "born_timestamp": pa.array(c["born_timestamp"].copy()),
-        "born_host": ctx.host_column(c["born_addr"], c["born_port"]), "store_timestamp": pa.array(ts),
-        "store_host": ctx.host_column(c["store_addr"], c["store_port"]),
+        "born_host": d.born_host, "store_timestamp": pa.array(ts), "store_host": d.store_host,
         "reconsume_times": pa.array(c["reconsume_times"].copy()),
         "prepared_transaction_offset": pa.array(c["prepared_transaction_offset"].copy()), "topic": topic,
         "properties": properties, "keys": keys, "tags": tags, "uniq_key": uniq,
-        "msg_id": _msg_ids(c["store_addr"], c["store_port"], c["physical_offset"]),
+        "msg_id": d.msg_id,
         "tags_code": pa.array(tag_codes, pa.int64(), mask=tag_null), "body_length": pa.array(c["body_length"].copy()),
         "body": body, "broker": pa.repeat(pa.scalar(split.broker, pa.string()), n),
         "store": pa.repeat(pa.scalar(split.store, pa.string()), n),
@@ -740,6 +624,48 @@ def _filter_mask(batch: pa.RecordBatch, flt: RecordFilter):
     return pa.array(keep)
 
 
+def _fast_pieces(rb, ctx: _FastContext, include_body: bool, decompress: bool,
+                 flt: RecordFilter | None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one fastwalk batch, in row order: runs of rows the compiled renderer
+    derived through :func:`_fast_columns`, the rows it flagged (IPv6 hosts, undecodable text)
+    through the per-record :class:`_Columns`."""
+    import numpy as np
+
+    from . import fastrender
+    from .fastwalk import RecordBatch
+
+    d = fastrender.derive(rb)
+    flags = d.flags.astype(bool)
+    if not flags.any():
+        runs = [(0, rb.n)]
+    else:
+        edges = np.flatnonzero(flags[1:] != flags[:-1]) + 1
+        bounds = [0, *edges.tolist(), rb.n]
+        runs = list(zip(bounds[:-1], bounds[1:], strict=True))
+    split = ctx.split
+    for lo, hi in runs:
+        if flags[lo]:
+            cols = _Columns(split.broker, split.store, split.path, ctx.delay)
+            for m in rb.messages(include_body, lo, hi):
+                if flt is not None and not flt.match(m):
+                    continue
+                body = m.body
+                if body is not None and decompress and m.compression != "none":
+                    body = m.decompressed_body()
+                cols.add(m, body, m.crc_ok)
+            yield cols.to_batch()
+            continue
+        if (lo, hi) == (0, rb.n):
+            sub, sd = rb, d
+        else:
+            sub = RecordBatch(rb.buf, {k: v[lo:hi] for k, v in rb.columns.items()}, hi - lo, rb.seg_start, rb.file)
+            sd = fastrender.derive(sub)
+        batch = _fast_columns(sub, sd, ctx, include_body, decompress)
+        if flt is not None:
+            batch = batch.filter(_filter_mask(batch, flt))
+        yield batch
+
+
 def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool, decompress: bool,
                      flt: RecordFilter | None, crc: str, max_record_size: int, delay_levels_ms: list[int],
                      on_segment: Callable[[SegmentReport], None] | None) -> Iterator[pa.RecordBatch]:
@@ -752,23 +678,11 @@ def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool
     walk = fastwalk.walk_segment_fast(seg, check_crc=crc == "check", max_record_size=max_record_size)
     try:
         for rb in walk:
-            batch = _fast_columns(rb, ctx, include_body, decompress)
-            if batch is None:  # the per-record path for this batch
-                cols = _Columns(split.broker, split.store, split.path, delay_levels_ms)
-                for m in rb.messages(read_body=include_body):
-                    if flt is not None and not flt.match(m):
-                        continue
-                    body = m.body
-                    if body is not None and decompress and m.compression != "none":
-                        body = m.decompressed_body()
-                    cols.add(m, body, m.crc_ok)
-                batch = cols.to_batch()
-            elif flt is not None:
-                batch = batch.filter(_filter_mask(batch, flt))
-            for start in range(0, batch.num_rows, batch_size):
-                piece = batch.slice(start, batch_size)
-                rows += piece.num_rows
-                yield piece
+            for batch in _fast_pieces(rb, ctx, include_body, decompress, flt):
+                for start in range(0, batch.num_rows, batch_size):
+                    piece = batch.slice(start, batch_size)
+                    rows += piece.num_rows
+                    yield piece
     finally:
         walk.close()
     if on_segment is not None:

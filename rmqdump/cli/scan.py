@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
+import sys
+
 import click
 
 from ..bodyfmt import BodyDecoder, message_to_row
@@ -14,7 +17,7 @@ from ..schema import FIELDS
 from ..store import Store
 from ..systopics import resolve
 from .options import access_options, body_decoder_options, output_options, parse_time, resolve_body_decoder
-from .output import RecordWriter, default_format, diag, iso_ms, progress_bar
+from .output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar
 
 TABLE_COLUMNS = [
     ("offset", "OFFSET", 12), ("topic", "TOPIC", 24), ("queue_id", "Q", 3), ("queue_offset", "QOFF", 6),
@@ -145,33 +148,49 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     start = from_offset if from_offset is not None else cl.min_offset
     if max_bytes is not None:
         end = min(end, start + max_bytes) if end is not None else start + max_bytes
-    walk = cl.walk(start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
-                   keep_going=keep_going, use_mmap=not no_mmap, max_record_size=max_record_size)
     total = sum(s.size for s in cl.segments if s.end > start)
     skipped = 0
     limited = False
-    try:
-        with progress_bar(total, "scanning", not quiet) as update:
-            for n, rec in enumerate(walk):
-                if n & 1023 == 0:
-                    update(max(0, walk.end_offset - start))
-                if isinstance(rec, Message):
-                    if emit(rec):
+    fast = None
+    if fmt == "jsonl" and not (keep_going or no_mmap or do_resolve or flt.tags or flt.keys or limit == 0):
+        fast = _fast_renderer(cl, start, end, decoder, decompress)
+    if fast is not None:
+        from ..fastwalk import FastWalk
+
+        walk = FastWalk(cl, start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
+                        max_record_size=max_record_size)
+        try:
+            with progress_bar(total, "scanning", not quiet) as update:
+                limited = _scan_fast(walk, fast, flt, limit, lambda: update(max(0, walk.end_offset - start)))
+        finally:
+            writer.count = fast.count
+            sys.stdout.buffer.flush()
+            _report_decoder(decoder, quiet)
+    else:
+        walk = cl.walk(start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
+                       keep_going=keep_going, use_mmap=not no_mmap, max_record_size=max_record_size)
+        try:
+            with progress_bar(total, "scanning", not quiet) as update:
+                for n, rec in enumerate(walk):
+                    if n & 1023 == 0:
+                        update(max(0, walk.end_offset - start))
+                    if isinstance(rec, Message):
+                        if emit(rec):
+                            limited = True
+                            break
+                    elif isinstance(rec, Skipped):
+                        skipped += 1
+                        if not quiet:
+                            diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: "
+                                 f"{rec.reason.kind}: {rec.reason.detail}", "yellow")
+                    elif isinstance(rec, Blank):
+                        continue
+                    if limit == 0:
                         limited = True
                         break
-                elif isinstance(rec, Skipped):
-                    skipped += 1
-                    if not quiet:
-                        diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: "
-                             f"{rec.reason.kind}: {rec.reason.detail}", "yellow")
-                elif isinstance(rec, Blank):
-                    continue
-                if limit == 0:
-                    limited = True
-                    break
-    finally:
-        writer.close()
-        _report_decoder(decoder, quiet)
+        finally:
+            writer.close()
+            _report_decoder(decoder, quiet)
     stop = walk.stop
     if limited or stop is None:
         if not quiet:
@@ -192,6 +211,75 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     diag(f"rmqdump: stopped at damage: {where}: {stop.kind}: {stop.detail}; {walk.records} records walked, "
          f"{writer.count} printed" + (f", {skipped} damaged ranges skipped" if skipped else ""), "red")
     raise SystemExit(1)
+
+
+def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decompress: bool):
+    """A :class:`rmqdump.fastrender.JsonlRenderer` on stdout when the compiled path applies to this
+    walk (big enough, body mode it renders, UTF-8 stdout), else None."""
+    from .. import fastwalk
+
+    segs = [s for s in cl.segments if s.end > start]
+    if not segs:
+        return None
+    stop = segs[-1].end if end is None else min(end, segs[-1].end)
+    if not fastwalk.use_fast(max(0, stop - start)):
+        return None
+    enc = getattr(sys.stdout, "encoding", None)
+    if not hasattr(sys.stdout, "buffer") or not enc or codecs.lookup(enc).name != "utf-8":
+        return None
+    from .. import fastrender
+
+    mode = fastrender.jsonl_mode(decoder)
+    if mode is None:
+        return None
+    errors = sys.stdout.errors or "strict"
+
+    def render(msg: Message) -> bytes:
+        row = message_to_row(msg, decoder, decompress)
+        return (_dumps(row) + "\n").encode(enc, errors)
+
+    sys.stdout.flush()
+    return fastrender.JsonlRenderer(sys.stdout.buffer.write, render, mode, decompress)
+
+
+def _scan_fast(walk, renderer, flt: RecordFilter, limit: int | None, progress) -> bool:
+    """Render the fast walk's batches; True when ``limit`` lines were printed."""
+    from ..fastwalk import RecordBatch
+
+    for item in walk.batches():
+        if not isinstance(item, RecordBatch):
+            continue
+        select = None if flt.empty else _select(item, flt)
+        renderer.write_batch(item, select, None if limit is None else limit - renderer.count)
+        progress()
+        if limit is not None and renderer.count >= limit:
+            return True
+    return False
+
+
+def _select(rb, flt: RecordFilter):
+    """``flt.match`` of every row of a batch (topic, queue and time criteria; vectorised)."""
+    import numpy as np
+
+    keep = np.ones(rb.n, dtype=bool)
+    if flt.queue_id is not None:
+        keep &= rb["queue_id"] == flt.queue_id
+    ts = rb["store_timestamp"]
+    if flt.since is not None:
+        keep &= ts >= flt.since
+    if flt.until is not None:
+        keep &= ts <= flt.until
+    if flt.topics:
+        starts, lengths = rb["topic_start"], rb["topic_length"]
+        hit = np.zeros(rb.n, dtype=bool)
+        for raw in flt._topic_raw:
+            rows = np.flatnonzero(keep & (lengths == len(raw)))
+            if len(raw) and len(rows):
+                got = rb.buf[starts[rows][:, None] + np.arange(len(raw))]
+                rows = rows[(got == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)]
+            hit[rows] = True
+        keep &= hit
+    return keep
 
 
 def _report_decoder(decoder: BodyDecoder, quiet: bool) -> None:
