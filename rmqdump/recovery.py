@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import struct
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -603,7 +604,8 @@ class RecoveryPrediction:
 def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool = True, use_mmap: bool = True,
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
                      previous_end: int | None = None, list_dropped: bool = True,
-                     cq_problems: list[CqProblem] | None = None, zero_last_ok: bool = False) -> RecoveryPrediction:
+                     cq_problems: list[CqProblem] | None = None, zero_last_ok: bool = False,
+                     walker: Callable[..., BrokerWalk] | None = None) -> RecoveryPrediction:
     """Reproduce the broker's startup recovery on ``store`` (see the module docstring).
 
     ``previous_end`` (end of valid data as a plain walk sees it) only feeds the notes;
@@ -611,6 +613,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     queues twice;
     ``list_dropped=False`` skips the keep-going walk that lists the dropped records;
     ``zero_last_ok``: a zero-length last commitlog file does not stop the start (repair deletes it).
+    ``walker``: a drop-in for :func:`broker_walk` (verify passes its compiled walk).
     """
     if version not in VERSIONS:
         raise ValueError(f"unknown broker version model {version!r}")
@@ -648,7 +651,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
                           f" - 3 s) selects start file {cl.segments[start].name}")
     else:
         start = normal_start_index(cl, version, max_phy_cq)
-    walk = broker_walk(cl, start, version=version, check_crc=check_crc, use_mmap=use_mmap)
+    walk = (walker or broker_walk)(cl, start, version=version, check_crc=check_crc, use_mmap=use_mmap)
     pred.walk = walk
     pred.notes += walk.notes
     pred.start_file = cl.segments[start].name

@@ -96,10 +96,8 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .. import recovery as _recovery
 from ..errors import RmqdumpError
 from ..findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from ..format import MAX_RECORD_SIZE
@@ -114,7 +112,6 @@ from ..recovery import (
     consume_queue_states,
     predict_recovery,
 )
-from ..recovery import broker_walk as _ORIGINAL_BROKER_WALK  # noqa: F401  (verify.fast falls back to it)
 from ..store import Store
 from .records import SegmentResult, _fast_wanted, check_transactions, merge_segments, verify_segment
 from .store_checks import (
@@ -187,32 +184,17 @@ class VerifyReport:
         }
 
 
-_SWAP_LOCK = threading.RLock()
-
-
-@contextmanager
-def _fast_recovery_walk(enabled: bool, results: list[SegmentResult]):
-    """Let :func:`~rmqdump.recovery.predict_recovery` walk with the compiled kernels.
-
-    ``recovery.broker_walk`` is swapped for :func:`rmqdump.verify.fast.broker_walk_fast`
-    (identical results, pure fallback) while the prediction runs. TODO(recovery owner): call it
-    from ``predict_recovery`` directly and drop this swap.
-    """
+def _recovery_walker(enabled: bool, results: list[SegmentResult]):
+    """The compiled :func:`~rmqdump.recovery.broker_walk` (identical results, pure fallback) reusing
+    the segment walks verify already did, or None for the pure walk."""
     if not enabled:
-        yield
-        return
+        return None
     from functools import partial
 
     from .fast import broker_walk_fast
 
     summaries = {r.start: r.walk_summary for r in results if r.walk_summary is not None}
-    with _SWAP_LOCK:
-        saved = _recovery.broker_walk
-        _recovery.broker_walk = partial(broker_walk_fast, summaries=summaries)
-        try:
-            yield
-        finally:
-            _recovery.broker_walk = saved
+    return partial(broker_walk_fast, summaries=summaries)
 
 
 def _parallel_jobs(segments, use_mmap: bool) -> int:
@@ -335,22 +317,20 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
 
         # recovery prediction
         pred = None
-        fast_walk = use_mmap and _fast_wanted(total)
+        walker = _recovery_walker(use_mmap and _fast_wanted(total), results)
         try:
-            with _fast_recovery_walk(fast_walk, results):
-                pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
-                                        list_limit=list_limit, queue_states=states if store_checks else None,
-                                        cq_problems=cq_problems, previous_end=valid_end)
+            pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
+                                    list_limit=list_limit, queue_states=states if store_checks else None,
+                                    cq_problems=cq_problems, previous_end=valid_end, walker=walker)
         except RmqdumpError as e:
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
         if pred is not None and compare_versions and root is not None:
             other = VERSION_53 if version == VERSION_49 else VERSION_49
             try:
-                with _fast_recovery_walk(fast_walk, results):
-                    alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
-                                           list_limit=0, queue_states=states if store_checks else None,
-                                           cq_problems=cq_problems, list_dropped=False)
+                alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
+                                       list_limit=0, queue_states=states if store_checks else None,
+                                       cq_problems=cq_problems, list_dropped=False, walker=walker)
                 report.version_notes = _version_notes(pred, alt)
             except RmqdumpError:
                 pass

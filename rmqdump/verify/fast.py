@@ -547,6 +547,6 @@ def broker_walk_fast(cl: CommitLog, start_index: int, *, version: str = "4.9", c
 
 
 def _PURE_BROKER_WALK(*args, **kwargs):
-    from . import _ORIGINAL_BROKER_WALK  # recovery.broker_walk as imported before any swap
+    from ..recovery import broker_walk
 
-    return _ORIGINAL_BROKER_WALK(*args, **kwargs)
+    return broker_walk(*args, **kwargs)
