@@ -54,6 +54,7 @@ from .format import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from .msgid import create_offset_msg_id
 from .paths import is_safe_component
 from .writer import Appended, MessageSpec, StoreWriter, fsync_dir, fsync_fd
 
@@ -447,6 +448,7 @@ class LockedAppender:
         self._lock = None
         self._abort_created = False
         self._unacked: list[Appended] = []
+        self._placed = 0  # records placed since the last commit (append() and place())
         self._bytes_since_commit = 0
         self.acknowledged = 0
         self._tx_map: dict[int, int] = {}  # half message: source offset -> offset in this store
@@ -603,24 +605,34 @@ class LockedAppender:
     # -- records ------------------------------------------------------------------------------
     def append(self, spec: MessageSpec) -> Appended:
         """Place one record (not durable until :meth:`commit`)."""
-        if self.writer is None:
+        phys, size, qoff, uniq, store_ts, blank_at, host, topic, queue_id = self.place(spec)
+        a = Appended(phys, size, qoff, create_offset_msg_id(host[0], host[1], phys), uniq, topic, queue_id,
+                     store_ts, blank_at)
+        self._unacked.append(a)
+        return a
+
+    def place(self, spec: MessageSpec) -> tuple:
+        """:meth:`append` without an :class:`Appended` (the caller keeps the acknowledgement):
+        returns :meth:`StoreWriter.place`'s tuple. :meth:`commit` makes it durable."""
+        w = self.writer
+        if w is None:
             raise StoreError("appender is not open", self.root)
         if len(spec.body) > self.max_message_size:
             raise FormatError(f"body of {len(spec.body)} bytes exceeds maxMessageSize {self.max_message_size}")
         if self.store_host and spec.store_host is None:
             spec.store_host = self.store_host
-        tran = spec.transaction & TRANSACTION_TYPE_MASK
-        if tran in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE) and \
+        if spec.transaction & TRANSACTION_TYPE_MASK in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE) and \
                 spec.prepared_transaction_offset in self._tx_map:
             # a copied COMMIT/ROLLBACK points at its half message: follow the half message to its new offset
             spec.prepared_transaction_offset = self._tx_map[spec.prepared_transaction_offset]
-        self._create_abort()
-        a = self.writer.append(spec)
+        if not self._abort_created:
+            self._create_abort()
+        row = w.place(spec)
         if spec.source_offset is not None and spec.topic == RMQ_SYS_TRANS_HALF_TOPIC:
-            self._tx_map[spec.source_offset] = a.offset
-        self._unacked.append(a)
-        self._bytes_since_commit += a.size
-        return a
+            self._tx_map[spec.source_offset] = row[0]
+        self._placed += 1
+        self._bytes_since_commit += row[1]
+        return row
 
     @property
     def pending_bytes(self) -> int:
@@ -633,7 +645,8 @@ class LockedAppender:
         self.writer.sync()
         acked, self._unacked = self._unacked, []
         self._bytes_since_commit = 0
-        self.acknowledged += len(acked)
+        self.acknowledged += self._placed
+        self._placed = 0
         return acked
 
 
@@ -821,26 +834,49 @@ def bulk_append(store: str | os.PathLike, records: Iterable[MessageSpec | dict],
     appender_kwargs.setdefault("create", True)
     res = BulkResult()
     t0 = time.perf_counter()
+    rows: list[tuple] = []  # placed, not yet reported (in commitlog order)
+    app = LockedAppender(store, **appender_kwargs)
+    callback_failed = False
 
-    def ack(batch: list[Appended]) -> None:
-        res.commits += 1
-        for a in batch:
-            res.records += 1
-            res.bytes += a.size
-            if res.first_offset is None:
-                res.first_offset = a.offset
-            res.end_offset = a.offset + a.size
-            if on_ack is not None:
-                on_ack(a)
+    def report() -> None:
+        """Report the records the appender has acknowledged (made durable) since the last call."""
+        nonlocal callback_failed
+        n = app.acknowledged - res.records
+        if n <= 0:
+            return
+        acked = rows[:n]
+        del rows[:n]
+        if res.first_offset is None:
+            res.first_offset = acked[0][0]
+        res.end_offset = acked[-1][0] + acked[-1][1]
+        res.records += n
+        res.bytes += sum(row[1] for row in acked)
+        if on_ack is not None:
+            callback_failed = True
+            for phys, size, qoff, uniq, store_ts, blank_at, host, topic, queue_id in acked:
+                on_ack(Appended(phys, size, qoff, create_offset_msg_id(host[0], host[1], phys), uniq, topic,
+                                queue_id, store_ts, blank_at))
+            callback_failed = False
 
-    with LockedAppender(store, **appender_kwargs) as app:
-        for r in records:
-            spec = r if isinstance(r, MessageSpec) else record_to_spec(r, body_encoding=body_encoding,
-                                                                       keep_store_time=keep_store_time)
-            app.append(spec)
-            if app.pending_bytes >= batch_bytes:
-                ack(app.commit())
-        ack(app.close())
+    try:
+        with app:
+            place = app.place
+            pending = 0
+            for r in records:
+                row = place(r if isinstance(r, MessageSpec) else record_to_spec(r, body_encoding=body_encoding,
+                                                                                  keep_store_time=keep_store_time))
+                rows.append(row)
+                pending += row[1]
+                if pending >= batch_bytes:
+                    app.commit()
+                    res.commits += 1
+                    pending = 0
+                    report()
+            app.close()
+            res.commits += 1
+    finally:
+        if not callback_failed:
+            report()  # also after an error: what the appender made durable is acknowledged
     res.seconds = time.perf_counter() - t0
     return res
 

@@ -10,7 +10,7 @@ import errno
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -627,6 +627,7 @@ class ConsumeQueueWriter:
         self._has_files = bool(reader.files)
         self._fds: dict[int, int] = {}
         self._dirty: set[int] = set()
+        self._dir_dirty = True  # the directory may have unsynced entries: fsynced once, then after a file is created
 
     @property
     def next_queue_offset(self) -> int:
@@ -640,6 +641,7 @@ class ConsumeQueueWriter:
         flags = os.O_RDWR | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            self._dir_dirty = True
             os.ftruncate(fd, self.file_size)
         except FileExistsError:
             fd = os.open(path, flags)
@@ -681,6 +683,46 @@ class ConsumeQueueWriter:
         self.append(offset, size, tags_code)
         return True
 
+    def put_many(self, units: Sequence[int]) -> int:
+        """:meth:`put_message_position_info` for many units, one ``pwrite`` per file touched.
+
+        ``units`` is flat: offset, size, tagsCode, queue offset, offset, ... Same bytes and
+        the same skips as the one-unit calls in order; returns how many units were written.
+        """
+        n = len(units)
+        i = first = 0
+        if not self._has_files:  # a new queue: the first unit decides the pre-blank fill
+            while i < n and not self._has_files:
+                first += self.put_message_position_info(units[i], units[i + 1], units[i + 2], units[i + 3])
+                i += 4
+        start = self.write_offset
+        w = start
+        maxp = self.max_physic_offset
+        out = bytearray()
+        pack = CQ_UNIT.pack
+        try:
+            while i < n:
+                offset, size, tags_code, queue_offset = units[i:i + 4]
+                i += 4
+                if offset + size <= maxp or queue_offset * CQ_STORE_UNIT_SIZE < w:
+                    continue
+                out += pack(offset, size, tags_code)
+                w += CQ_STORE_UNIT_SIZE
+                maxp = offset + size
+        except Exception:  # struct.error: the one-unit encoder names the unit
+            encode_cq_entry(offset, size, tags_code)
+            raise
+        view = memoryview(out)
+        pos = start
+        while view:
+            chunk = view[:self.file_size - pos % self.file_size]
+            self._write_at(pos, chunk)
+            view = view[len(chunk):]
+            pos += len(chunk)
+        self.write_offset = w
+        self.max_physic_offset = maxp
+        return first + (w - start) // CQ_STORE_UNIT_SIZE
+
     def _fill_pre_blank(self, expect: int) -> None:
         start = expect - expect % self.file_size
         self.write_offset = start
@@ -692,10 +734,13 @@ class ConsumeQueueWriter:
             self.write_offset += n * CQ_STORE_UNIT_SIZE
 
     def fsync(self) -> None:
-        """fsync every file written to, and the queue directory."""
+        """fsync every file written to, and the queue directory if a file was created in it."""
         for start in sorted(self._dirty):
             os.fsync(self._fds[start])
         self._dirty.clear()
+        if not self._dir_dirty:
+            return
+        self._dir_dirty = False
         dfd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             os.fsync(dfd)

@@ -36,11 +36,17 @@ from .format import (
     COMPRESSION_TYPE_BY_NAME,
     COMPRESSION_TYPE_COMPARATOR,
     END_FILE_MIN_BLANK_LENGTH,
+    HOST_V4_LENGTH,
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
     INNER_BATCH_FLAG,
     MAPPED_FILE_SIZE_COMMITLOG,
     MAPPED_FILE_SIZE_CONSUME_QUEUE,
     MAX_HASH_SLOT_NUM,
     MAX_INDEX_NUM,
+    MAX_PROPERTIES_LENGTH,
+    MESSAGE_FIXED_OVERHEAD,
+    MESSAGE_MAGIC_CODE_V2,
     MULTI_TAGS_FLAG,
     NEED_UNWRAP_FLAG,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -57,10 +63,10 @@ from .format import (
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from .javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code, index_key
+from .javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
 from .msgid import create_offset_msg_id, parse_host
 from .paths import is_safe_component
-from .properties import parse_properties, split_keys
+from .properties import parse_properties
 from .segment import offset_to_file_name
 
 _counter = itertools.count()
@@ -85,6 +91,11 @@ def make_uniq_key(ip: bytes, pid: int, classloader: int, epoch_ms: int, counter:
 
 
 _UNIQ_TAIL = struct.Struct(">HiiH")
+#: a record's fields up to BODYLENGTH with IPv4 born and store hosts (encoder.encode_fields' layout)
+_V4_HEAD = struct.Struct(">iIiiiqqiq4siq4siiqi")
+_PROPS_LEN = struct.Struct(">h")
+#: TOTALSIZE minus body, topic (with its length field) and properties for IPv4 hosts
+_V4_OVERHEAD = MESSAGE_FIXED_OVERHEAD + 2 * HOST_V4_LENGTH
 _choose_magic = functools.lru_cache(maxsize=4096)(choose_magic)
 
 
@@ -106,32 +117,50 @@ def _hash32(s: str) -> int:
     return h & 0xFFFFFFFF
 
 
-def index_hashes(keys: list[str]) -> list[int]:
-    """:func:`index_hash` of many keys at once (numpy: Horner over columns of equally long keys)."""
+_POW31: list = []  # 31**i mod 2**32 (numpy uint64), grown on demand
+
+
+def index_hashes(keys: list[str]):
+    """:func:`index_hash` of many keys at once (numpy int64 array; a list without numpy).
+
+    Java's Horner sum over UTF-16 units, vectorised: unit * 31**(units after it) mod 2**32,
+    summed per key.
+    """
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy is optional
         return [index_hash(k) for k in keys]
-    out = [0] * len(keys)
-    groups: dict[int, tuple[list[int], list[bytes]]] = {}
-    for i, k in enumerate(keys):
-        b = k.encode("utf-16-be", "surrogatepass")
-        g = groups.get(len(b))
-        if g is None:
-            g = groups[len(b)] = ([], [])
-        g[0].append(i)
-        g[1].append(b)
-    for length, (idx, raw) in groups.items():
-        units = np.frombuffer(b"".join(raw), dtype=">u2").reshape(len(idx), length // 2).astype(np.uint64)
-        h = np.zeros(len(idx), dtype=np.uint64)
-        for j in range(length // 2):
-            h = (h * np.uint64(31) + units[:, j]) & np.uint64(0xFFFFFFFF)
-        neg = (h & np.uint64(0x80000000)) != 0
-        h = np.where(neg, np.uint64(0x100000000) - h, h)
-        h = np.where(h == np.uint64(0x80000000), np.uint64(0), h)  # abs(Integer.MIN_VALUE) -> 0
-        for i, v in zip(idx, h.tolist(), strict=True):
-            out[i] = v
-    return out
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    joined = "".join(keys)
+    if joined.isascii():
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+        lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
+    else:
+        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2")
+        lens = np.fromiter((len(k.encode("utf-16-be", "surrogatepass")) >> 1 for k in keys), dtype=np.int64, count=n)
+    longest = int(lens.max())
+    if not _POW31 or len(_POW31[0]) <= longest:
+        size = max(longest + 1, 256)
+        pw = np.empty(size, dtype=np.uint64)
+        v = 1
+        for i in range(size):
+            pw[i] = v
+            v = v * 31 & 0xFFFFFFFF
+        _POW31[:] = [pw]
+    ends = np.cumsum(lens)
+    exps = np.repeat(ends, lens) - np.arange(1, len(units) + 1, dtype=np.int64)
+    prod = (units.astype(np.uint64) * _POW31[0][exps]) & np.uint64(0xFFFFFFFF)
+    h = np.zeros(n, dtype=np.uint64)
+    nonempty = lens > 0
+    if len(units):
+        h[nonempty] = np.add.reduceat(prod, (ends - lens)[nonempty])
+    h &= np.uint64(0xFFFFFFFF)
+    neg = (h & np.uint64(0x80000000)) != 0
+    h = np.where(neg, np.uint64(0x100000000) - h, h)
+    h = np.where(h == np.uint64(0x80000000), np.uint64(0), h)  # abs(Integer.MIN_VALUE) -> 0
+    return h.astype(np.int64)
 
 
 def index_hash(key: str) -> int:
@@ -313,18 +342,26 @@ def ensure_store_dir(root: Path, *parts: str, create: bool = True) -> tuple[Path
     return path, changed
 
 
-@dataclass
-class _Dispatch:
-    """What the dispatchers need of one record (computed before it is written)."""
+def _allocate_zeros(path: Path, start: int, length: int) -> None:
+    """Write real zeros over ``path[start:start + length]``, a range of a file we just created (a hole).
 
-    topic: str
-    queue_id: int
-    phys: int
-    size: int
-    queue_offset: int
-    store_ts: int
-    tags_code: int | None  # None: no ConsumeQueue entry (PREPARED / ROLLBACK)
-    index_keys: list[str]  # "topic#key" strings, hashed in bulk at dispatch
+    The content does not change; the blocks get allocated once. The hash-slot table of a new
+    index file takes random 4-byte writes: filling those into holes of a sparse file costs a
+    block allocation (and extent-tree churn) per touched page at every fsync.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as e:
+        raise StoreError(f"cannot open index file: {e.strerror}", path) from None
+    try:
+        zeros = bytes(min(length, 1 << 22))
+        pos, end = start, start + length
+        while pos < end:
+            pos += os.pwrite(fd, memoryview(zeros)[:end - pos], pos)
+    except OSError as e:
+        raise StoreError(f"write failed: {e.strerror}", path, pos) from None
+    finally:
+        os.close(fd)
 
 
 class _IndexRoller:
@@ -359,6 +396,7 @@ class _IndexRoller:
         self.writer = IndexFileWriter.create_in(index_dir, self.slots, self.entries, end_phy, end_ts,
                                                 self.name_clock(), self.utc)
         self.new_files.append(self.writer.path)
+        _allocate_zeros(self.writer.path, INDEX_HEADER_SIZE, self.slots * INDEX_HASH_SLOT_SIZE)
         return self.writer
 
     def _finish(self, w) -> None:
@@ -444,7 +482,16 @@ class StoreWriter:
         self._buf_off = start_offset
         self._head: tuple[int, bytes] | None = None  # held-back first 8 bytes of the current batch
         self._batch_started = False
-        self._pending: list[_Dispatch] = []
+        # dispatch queued until sync(): CQ units per queue (flat offset, size, tagsCode, queue offset),
+        # store times of dispatchable records, index keys with their offsets and store times
+        self._pend_cq: dict[tuple[str, int], list[int]] = {}
+        self._pend_cq_ts: list[int] = []
+        self._pend_keys: list[str] = []
+        self._pend_kphys: list[int] = []
+        self._pend_kts: list[int] = []
+        self._uniq_prefix: dict[tuple[str, int], str] = {}
+        self._topics: dict[str, tuple[int, bytes]] = {}
+        self._tags_codes: dict[str, int] = {}
         self.last_store_timestamp = 0
         self.last_cq_timestamp = 0
         self.max_store_timestamp = 0
@@ -542,6 +589,11 @@ class StoreWriter:
             return
         buf, off = self._buf, self._buf_off
         self._buf = bytearray()
+        self._write_out(buf, off)
+
+    def _write_out(self, buf: bytearray, off: int) -> None:
+        if not buf:
+            return
         if self.commit_header_last and not self._batch_started:
             # the batch's first 8 bytes are written last: until then recovery sees zeros here
             self._head = (off, bytes(buf[:8]))
@@ -613,95 +665,207 @@ class StoreWriter:
         addr, _ = _host(spec.born_host)
         return make_uniq_key(addr, os.getpid(), self._classloader, born_ts, next(self._uniq_counter))
 
+    def _new_uniq_key(self, born_host: str, born_ts: int) -> str:
+        """:func:`make_uniq_key` with the constant prefix (IP, pid, class loader) cached."""
+        pid = os.getpid()
+        prefix = self._uniq_prefix.get((born_host, pid))
+        if prefix is None:
+            addr, _ = _host(born_host)
+            prefix = (addr + struct.pack(">Hi", pid & 0xFFFF, self._classloader)).hex().upper()
+            self._uniq_prefix[(born_host, pid)] = prefix
+        return (f"{prefix}{(born_ts - _month_start_ms(born_ts // 86_400_000)) & 0x7FFFFFFF:08X}"
+                f"{next(self._uniq_counter) & 0xFFFF:04X}")
+
+    def _topic_part(self, topic: str) -> tuple[int, bytes]:
+        """(magic, TOPICLENGTH + TOPIC bytes) of a topic (the broker's magic choice)."""
+        info = self._topics.get(topic)
+        if info is None:
+            magic = _choose_magic(topic)
+            tb = topic.encode("utf-8")
+            info = (magic, (len(tb).to_bytes(2, "big") if magic == MESSAGE_MAGIC_CODE_V2
+                            else struct.pack(">B", len(tb) & 0xFF)) + tb)
+            self._topics[topic] = info
+        return info
+
+    def _tags_code(self, tags: str | None) -> int:
+        if not tags:
+            return 0
+        code = self._tags_codes.get(tags)
+        if code is None:
+            code = _hash32(tags)
+            code -= (code & 0x80000000) << 1  # signed int32, sign-extended
+            if len(self._tags_codes) < 65536:
+                self._tags_codes[tags] = code
+        return code
+
     def append(self, spec: MessageSpec) -> Appended:
         """Encode, place (rolling to a new segment when needed) and queue the dispatch of one record.
 
         Nothing is durable (nor dispatched) until :meth:`sync`. Validation errors are raised
         before any byte of the record is written.
         """
-        self._check_usable()
-        store_ts = spec.store_timestamp if spec.store_timestamp is not None else self.clock()
-        if spec.auto_uniq_key and not spec.has_uniq_key():
-            spec.uniq_key = self._generate_uniq_key(
-                spec, spec.born_timestamp if spec.born_timestamp is not None else store_ts)
-        props_raw = spec.build_properties()
-        props = spec.properties_dict() if spec.properties_raw is None else \
-            parse_properties(props_raw.decode("utf-8", "replace"))
+        phys, size, qoff, uniq, store_ts, blank_at, host, topic, queue_id = self.place(spec)
+        return Appended(phys, size, qoff, create_offset_msg_id(host[0], host[1], phys), uniq, topic, queue_id,
+                        store_ts, blank_at)
+
+    def place(self, spec: MessageSpec) -> tuple:
+        """:meth:`append` without building an :class:`Appended`: returns ``(offset, size,
+        queue_offset, uniq_key, store_timestamp, blank_at, (store_addr, store_port), topic,
+        queue_id)``. The bulk path; same bytes, same checks, same order of errors."""
+        if self._failed:
+            self._check_usable()
+        store_ts = spec.store_timestamp
+        if store_ts is None:
+            store_ts = self.clock()
+        born_ts = spec.born_timestamp
+        if born_ts is None:
+            born_ts = store_ts
+        topic = spec.topic
+        props = None
+        props_raw = None
+        if spec.properties_raw is None and not spec.properties:
+            # the common producer record: KEYS, UNIQ_KEY, TAGS only (order of MessageSpec._props)
+            uniq = spec.uniq_key
+            if not uniq and spec.auto_uniq_key:
+                uniq = spec.uniq_key = self._new_uniq_key(spec.born_host, born_ts)
+            keys = spec.keys
+            tags = spec.tags
+            kp = None
+            if keys:
+                kp = keys if isinstance(keys, str) else " ".join(keys)
+                text = ("KEYS\x01" + kp + "\x02UNIQ_KEY\x01" + uniq) if uniq else "KEYS\x01" + kp
+            elif uniq:
+                text = "UNIQ_KEY\x01" + uniq
+            else:
+                text = ""
+            if tags:
+                text = (text + "\x02TAGS\x01" + tags) if text else "TAGS\x01" + tags
+            nparts = bool(keys) + bool(uniq) + bool(tags)
+            if text.count("\x01") == nparts and text.count("\x02") == max(nparts - 1, 0):
+                props_raw = text.encode("utf-8")
+                if len(props_raw) > MAX_PROPERTIES_LENGTH:
+                    props_raw = None
+            if props_raw is None:
+                props_raw = spec.build_properties()  # raises the separator / length error
+            uniq = uniq or None
+        else:
+            if spec.auto_uniq_key and not spec.has_uniq_key():
+                spec.uniq_key = self._generate_uniq_key(spec, born_ts)
+            props_raw = spec.build_properties()
+            props = spec.properties_dict() if spec.properties_raw is None else \
+                parse_properties(props_raw.decode("utf-8", "replace"))
+            uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
+            kp = props.get(PROPERTY_KEYS)
+            tags = props.get(PROPERTY_TAGS)
+        queue_id = spec.queue_id
         tran = spec.transaction & TRANSACTION_TYPE_MASK
-        dispatchable = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        dispatchable = tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE
         if spec.queue_offset is not None:
             qoff = spec.queue_offset
+        elif dispatchable:
+            qoff = self.queue_offsets.get((topic, queue_id))
+            if qoff is None:
+                qoff = self.next_queue_offset(topic, queue_id)
         else:
-            qoff = self.next_queue_offset(spec.topic, spec.queue_id) if dispatchable else 0
+            qoff = 0
         tags_code = None
         if dispatchable:
-            if spec.topic != SCHEDULE_TOPIC:
-                tags = props.get(PROPERTY_TAGS)
-                tags_code = 0
-                if tags:
-                    tags_code = _hash32(tags)
-                    tags_code -= (tags_code & 0x80000000) << 1  # signed int32, sign-extended
+            if topic != SCHEDULE_TOPIC:
+                tags_code = self._tags_code(tags)
             else:
+                if props is None:
+                    props = spec.properties_dict()
                 try:
-                    tags_code = dispatch_tags_code(spec.topic, props, store_ts, self.delay_levels_ms)
+                    tags_code = dispatch_tags_code(topic, props, store_ts, self.delay_levels_ms)
                 except ValueError:
                     raise FormatError(f"malformed {PROPERTY_DELAY_TIME_LEVEL} property") from None
-        rec = self.encode(spec, self.offset, qoff, store_ts, props_raw)
-        if len(rec) + END_FILE_MIN_BLANK_LENGTH > self.file_size:
-            raise FormatError(f"record of {len(rec)} bytes cannot fit a {self.file_size} byte segment")
-        remaining = self.file_size - self.offset % self.file_size
-        blank_at = None
-        if len(rec) + END_FILE_MIN_BLANK_LENGTH > remaining:
-            blank_at = self.offset
-            if not self.dry_run:
-                self._buffer(encode_blank(remaining), self.offset)
-            self.offset += remaining
+        born_host = _host(spec.born_host)
+        store_host = _host(spec.store_host) if spec.store_host else self._store_addr
+        fs = self.file_size
+        rec = None
+        if (not spec.compressed_flags and not spec.compression and not spec.extra_sys_flag and not spec.record_crc
+                and spec.magic is None and len(born_host[0]) == 4 and len(store_host[0]) == 4):
+            magic, tpart = self._topic_part(topic)
+            body = spec.body
+            blen = len(body)
+            total = _V4_OVERHEAD + blen + len(tpart) + len(props_raw)
+        else:
             rec = self.encode(spec, self.offset, qoff, store_ts, props_raw)
+            total = len(rec)
+        if total + END_FILE_MIN_BLANK_LENGTH > fs:
+            raise FormatError(f"record of {total} bytes cannot fit a {fs} byte segment")
         phys = self.offset
-        if not self.dry_run:
-            self._buffer(rec, phys)
-        self.offset += len(rec)
+        remaining = fs - phys % fs
+        blank_at = None
+        dry = self.dry_run
+        if total + END_FILE_MIN_BLANK_LENGTH > remaining:
+            blank_at = phys
+            if not dry:
+                self._buffer(encode_blank(remaining), phys)
+            phys += remaining
+            if rec is not None:
+                rec = self.encode(spec, phys, qoff, store_ts, props_raw)
+        if not dry:
+            buf = self._buf
+            if not buf or phys != self._buf_off + len(buf) or phys // fs != self._buf_off // fs:
+                self._buffer(b"", phys)
+                buf = self._buf
+            if rec is None:
+                buf += _V4_HEAD.pack(total, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, spec.flag, qoff, phys,
+                                     tran, born_ts, born_host[0], born_host[1], store_ts, store_host[0], store_host[1],
+                                     spec.reconsume_times, spec.prepared_transaction_offset, blen)
+                buf += body
+                buf += tpart
+                buf += _PROPS_LEN.pack(len(props_raw))
+                buf += props_raw
+            else:
+                buf += rec
+            if len(buf) >= WRITE_CHUNK:
+                self._flush_buffer()
+        self.offset = phys + total
         self.last_store_timestamp = store_ts
-        self.max_store_timestamp = max(self.max_store_timestamp, store_ts)
+        if store_ts > self.max_store_timestamp:
+            self.max_store_timestamp = store_ts
         if dispatchable:
-            self.queue_offsets[(spec.topic, spec.queue_id)] = qoff + 1
-        uniq = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-        keys: list[str] = []
-        if self.build_index and tran != TRANSACTION_ROLLBACK_TYPE:
-            if uniq is not None:
-                keys.append(index_key(spec.topic, uniq))
-            kp = props.get(PROPERTY_KEYS)
-            if kp:
-                keys.extend(index_key(spec.topic, k) for k in split_keys(kp))
-        if not self.dry_run:
-            self._pending.append(_Dispatch(spec.topic, spec.queue_id, phys, len(rec), qoff, store_ts, tags_code,
-                                           keys))
-        store_addr, store_port = _host(spec.store_host) if spec.store_host else self._store_addr
-        return Appended(phys, len(rec), qoff, create_offset_msg_id(store_addr, store_port, phys), uniq, spec.topic,
-                        spec.queue_id, store_ts, blank_at)
+            self.queue_offsets[(topic, queue_id)] = qoff + 1
+        if not dry:
+            if tags_code is not None:
+                cq = self._pend_cq.get((topic, queue_id))
+                if cq is None:
+                    cq = self._pend_cq[(topic, queue_id)] = []
+                cq += (phys, total, tags_code, qoff)
+                self._pend_cq_ts.append(store_ts)
+            if self.build_index and tran != TRANSACTION_ROLLBACK_TYPE:
+                n = len(self._pend_keys)
+                if uniq is not None:
+                    self._pend_keys.append(f"{topic}#{uniq}")
+                if kp:
+                    self._pend_keys += [f"{topic}#{k}" for k in kp.split(" ") if k]
+                n = len(self._pend_keys) - n
+                if n == 1:
+                    self._pend_kphys.append(phys)
+                    self._pend_kts.append(store_ts)
+                elif n:
+                    self._pend_kphys += [phys] * n
+                    self._pend_kts += [store_ts] * n
+        return phys, total, qoff, uniq, store_ts, blank_at, store_host, topic, queue_id
 
     # --- dispatch --------------------------------------------------------------------------------
-    def _dispatch_pending(self) -> None:
-        """CQ and index entries for the records appended since the last dispatch, in commitlog order."""
-        pending, self._pending = self._pending, []
-        if not pending:
-            return
+    def _take_pending(self) -> tuple:
+        pend = (self._pend_cq, self._pend_cq_ts, self._pend_keys, self._pend_kphys, self._pend_kts)
+        self._pend_cq, self._pend_cq_ts, self._pend_keys, self._pend_kphys, self._pend_kts = {}, [], [], [], []
+        return pend
+
+    def _dispatch_pending(self, pend: tuple | None = None) -> None:
+        """CQ and index entries for the records appended since the last dispatch (one write per file)."""
+        pend_cq, cq_ts, keys, phys, tss = self._take_pending() if pend is None else pend
         try:
-            keys: list[str] = []
-            phys: list[int] = []
-            tss: list[int] = []
-            for d in pending:
-                if d.tags_code is not None:
-                    cq = self._cq_writer(d.topic, d.queue_id)
-                    cq.put_message_position_info(d.phys, d.size, d.tags_code, d.queue_offset)
-                    self._cq_dirty.add((d.topic, d.queue_id))
-                    self.last_cq_timestamp = d.store_ts
-                    self.max_cq_timestamp = max(self.max_cq_timestamp, d.store_ts)
-                if d.index_keys:
-                    keys += d.index_keys
-                    n = len(d.index_keys)
-                    phys += [d.phys] * n
-                    tss += [d.store_ts] * n
+            for key, units in pend_cq.items():
+                self._cq_writer(*key).put_many(units)
+                self._cq_dirty.add(key)
+            if cq_ts:
+                self.last_cq_timestamp = cq_ts[-1]
+                self.max_cq_timestamp = max(self.max_cq_timestamp, max(cq_ts))
             if keys:
                 hashes = index_hashes(keys)
                 if self._index is None:
@@ -730,20 +894,29 @@ class StoreWriter:
         self._check_usable()
         if self.dry_run:
             return
+        self._commit_batch(*self._take_batch())
+
+    def _take_batch(self) -> tuple:
+        buf, off = self._buf, self._buf_off
+        self._buf = bytearray()
+        self._buf_off = off + len(buf)
+        return buf, off, self._take_pending(), self.offset
+
+    def _commit_batch(self, buf: bytearray, off: int, pend: tuple, end: int) -> None:
         try:
-            self._flush_buffer()
+            self._write_out(buf, off)
             self._sync_segments()
             if self._new_segment:
                 fsync_dir(self.root / STORE_COMMITLOG_DIR)
                 self._new_segment = False
             if self._head is not None:
-                off, head = self._head
+                head_off, head = self._head
                 self._head = None
-                self._pwrite(head, off)
+                self._pwrite(head, head_off)
                 self._sync_segments()
             self._batch_started = False
-            self.durable_offset = self.offset
-            self._dispatch_pending()
+            self.durable_offset = end
+            self._dispatch_pending(pend)
             for key in sorted(self._cq_dirty):
                 self._cq[key].fsync()
             self._cq_dirty.clear()
@@ -790,7 +963,7 @@ class StoreWriter:
         """Close every descriptor without writing anything still buffered or pending."""
         self._buf = bytearray()
         self._head = None
-        self._pending = []
+        self._pend_cq, self._pend_cq_ts, self._pend_keys, self._pend_kphys, self._pend_kts = {}, [], [], [], []
         self._failed = self._failed or "abandoned"
         self.close()
 
