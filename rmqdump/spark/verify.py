@@ -16,26 +16,22 @@ Three stages, all on executors:
    recovery prediction, the index / checkpoint / config checks and the report are
    ``verify``'s own — same findings.
 
-Stage 3 swaps ``verify_segment`` / ``CqChecker`` inside :mod:`rmqdump.verify` for the duration
-of one task (in the executor's Python worker, never in the driver): a segment whose call does
-not match the one made in stage 1 is simply verified again.
+Stage 3 hands ``verify_store`` a segment verifier and a CqChecker subclass
+(``segment_verifier=`` / ``cq_checker_factory=``): a segment whose call does not match the one
+made in stage 1 is simply verified again.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RmqdumpError
 from ..format import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from ..store import Store
-
-_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -169,16 +165,12 @@ class StoreVerdict:
     reverified_segments: int = 0
 
 
-@contextmanager
 def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[int],
-              unmatched: list[tuple], checked: int, reverified: list | None = None, use_mmap: bool = True):
-    """Make ``rmqdump.verify.verify_store`` use stage-1 segment results and the stage-2 join outcome."""
-    from .. import verify as V
+              unmatched: list[tuple], checked: int, reverified: list | None = None, use_mmap: bool = True) -> dict:
+    """``verify_store`` keywords that make it use stage-1 segment results and the stage-2 join outcome."""
     from ..record import Message
-    from ..verify.store_checks import RecordCache
-
-    real_segment = V.verify_segment
-    real_checker = V.CqChecker
+    from ..verify.records import verify_segment as real_segment
+    from ..verify.store_checks import CqChecker, RecordCache
 
     def verify_segment(seg, *, on_message=None, progress=None, **kwargs):
         got = segment_results.get(seg.start)
@@ -190,7 +182,7 @@ def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict]
             raise RmqdumpError(got)
         return got
 
-    class JoinedCqChecker(real_checker):
+    class JoinedCqChecker(CqChecker):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             for q in self.queues:
@@ -209,12 +201,7 @@ def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict]
                 cache.close()
             self.records_checked = checked
 
-    with _LOCK:
-        V.verify_segment, V.CqChecker = verify_segment, JoinedCqChecker
-        try:
-            yield
-        finally:
-            V.verify_segment, V.CqChecker = real_segment, real_checker
+    return {"segment_verifier": verify_segment, "cq_checker_factory": JoinedCqChecker}
 
 
 def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
@@ -224,12 +211,13 @@ def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
     for idx, path, seg_results, remote_kwargs, replay, unmatched, checked in items:
         again: list[int] = []
         try:
-            with _injected(seg_results, remote_kwargs, replay, unmatched, checked, again, opts.use_mmap):
-                rep = verify_store(path, keep_going=opts.keep_going, check_crc=opts.check_crc,
-                                   use_mmap=opts.use_mmap, max_record_size=opts.max_record_size,
-                                   version=opts.version, store_checks=opts.store_checks,
-                                   delay_levels_ms=opts.delay_levels_ms, list_limit=opts.list_limit,
-                                   max_findings_per_kind=opts.max_findings_per_kind)
+            rep = verify_store(path, keep_going=opts.keep_going, check_crc=opts.check_crc,
+                               use_mmap=opts.use_mmap, max_record_size=opts.max_record_size,
+                               version=opts.version, store_checks=opts.store_checks,
+                               delay_levels_ms=opts.delay_levels_ms, list_limit=opts.list_limit,
+                               max_findings_per_kind=opts.max_findings_per_kind,
+                               **_injected(seg_results, remote_kwargs, replay, unmatched, checked, again,
+                                           opts.use_mmap))
             yield (idx, StoreVerdict(rep.to_dict(), rep.exit_code, len(again)), None)
         except RmqdumpError as e:
             yield (idx, None, f"{path}: {e}")

@@ -215,11 +215,17 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                  use_mmap: bool = True, max_record_size: int = MAX_RECORD_SIZE, version: str = VERSION_49,
                  store_checks: bool = True, delay_levels_ms: list[int] | None = None,
                  progress: Callable[[int, int], None] | None = None, list_limit: int = DEFAULT_LIST_LIMIT,
-                 max_findings_per_kind: int = 1000, compare_versions: bool = True) -> VerifyReport:
+                 max_findings_per_kind: int = 1000, compare_versions: bool = True,
+                 segment_verifier: Callable[..., SegmentResult] | None = None,
+                 cq_checker_factory: Callable[..., CqChecker] | None = None) -> VerifyReport:
     """Verify a store (root, ``commitlog/`` dir or one segment). Raises RmqdumpError only if it cannot run.
 
     ``progress(done_bytes, total_bytes)`` is called while the segments are walked.
+    ``segment_verifier`` / ``cq_checker_factory`` replace :func:`verify_segment` / :class:`CqChecker`
+    (same signatures): ``rmqdump.spark`` hands in segment results computed on executors.
     """
+    verify_segment_ = segment_verifier or verify_segment
+    cq_checker_ = cq_checker_factory or CqChecker
     store = path if isinstance(path, Store) else Store.open(path)
     cl = store.commitlog
     root = store.root
@@ -252,7 +258,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             topics = loaded_cfg.get("topics.json")
         except RmqdumpError as e:
             findings.append(Finding(ERROR, "config_unreadable", "config", None, str(e)))
-    cq_checker = CqChecker(root, states, cl, delay_levels_ms=delay, topics=topics,
+    cq_checker = cq_checker_(root, states, cl, delay_levels_ms=delay, topics=topics,
                            max_per_kind=max_findings_per_kind) if root is not None and store_checks else None
 
     # the record loop, segment by segment
@@ -274,11 +280,11 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                         seen[key] = pos
                         progress(sum(seen.values()), total)
             try:
-                return verify_segment(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
-                                      max_record_size=max_record_size, use_mmap=use_mmap,
-                                      file_label=seg_label(seg), on_message=None, progress=cb,
-                                      list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                                      zero_start=seg.start == 0 and seg is cl.segments[0])
+                return verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
+                                       max_record_size=max_record_size, use_mmap=use_mmap,
+                                       file_label=seg_label(seg), on_message=None, progress=cb,
+                                       list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
+                                       zero_start=seg.start == 0 and seg is cl.segments[0])
             except RmqdumpError as e:
                 return e
 
@@ -297,11 +303,11 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             def cb(pos: int, base: int = base) -> None:
                 progress(base + pos, total)
         try:
-            res = verify_segment(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
-                                 max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
-                                 on_message=cq_checker.on_message if cq_checker else None, progress=cb,
-                                 list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                                 zero_start=seg.start == 0 and seg is cl.segments[0])
+            res = verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
+                                  max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
+                                  on_message=cq_checker.on_message if cq_checker else None, progress=cb,
+                                  list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
+                                  zero_start=seg.start == 0 and seg is cl.segments[0])
         except RmqdumpError as e:
             findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(e)))
             continue
