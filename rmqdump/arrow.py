@@ -514,19 +514,26 @@ class _FastContext:
         self.flags: dict[int, tuple[str, str]] = {}
 
     def flag_columns(self, sys_flag) -> tuple[pa.Array, pa.Array]:
+        """The transaction and compression names of every row."""
         import numpy as np
 
+        n = len(sys_flag)
+        first = int(sys_flag[0]) if n else 0
+        if n and (sys_flag == first).all():  # the usual case: one sysflag in the whole batch
+            tx, comp = self._names(first)
+            return pa.repeat(pa.scalar(tx, pa.string()), n), pa.repeat(pa.scalar(comp, pa.string()), n)
         uniq, inverse = np.unique(sys_flag, return_inverse=True)
-        tx, comp = [], []
-        for f in uniq.tolist():
-            names = self.flags.get(f)
-            if names is None:  # Message's own properties, on a stand-in holding only the sysflag
-                m = SimpleNamespace(sys_flag=f)
-                names = self.flags[f] = (Message.transaction.fget(m), Message.compression.fget(m))
-            tx.append(names[0])
-            comp.append(names[1])
+        names = [self._names(f) for f in uniq.tolist()]
         idx = pa.array(inverse.ravel())
-        return pa.array(tx, pa.string()).take(idx), pa.array(comp, pa.string()).take(idx)
+        return (pa.array([t for t, _ in names], pa.string()).take(idx),
+                pa.array([c for _, c in names], pa.string()).take(idx))
+
+    def _names(self, f: int) -> tuple[str, str]:
+        names = self.flags.get(f)
+        if names is None:  # Message's own properties, on a stand-in holding only the sysflag
+            m = SimpleNamespace(sys_flag=f)
+            names = self.flags[f] = (Message.transaction.fget(m), Message.compression.fget(m))
+        return names
 
 
 def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool) -> pa.RecordBatch:
@@ -560,7 +567,11 @@ def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool
     ts = c["store_timestamp"].copy()
     ts_ok = (ts >= 0) & (ts <= _MAX_TS_MS)
     tx, comp = ctx.flag_columns(sys_flag)
-    magic = pa.array(["v1", "v2"], pa.string()).take(pa.array((c["magic"] == MESSAGE_MAGIC_CODE_V2).astype(np.int8)))
+    v2 = c["magic"] == MESSAGE_MAGIC_CODE_V2
+    if v2.all() or not v2.any():
+        magic = pa.repeat(pa.scalar("v2" if n and v2[0] else "v1", pa.string()), n)
+    else:
+        magic = pa.array(["v1", "v2"], pa.string()).take(pa.array(v2.astype(np.int8)))
     body = _gather(rb, "body") if include_body else pa.nulls(n, pa.binary())
     compressed = np.flatnonzero(sys_flag & 0x1) if include_body and decompress else ()
     if len(compressed):  # decompress those bodies, per record

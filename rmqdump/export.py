@@ -50,6 +50,10 @@ HASH_HEX = 16
 ROW_GROUP_ROWS = 128 * 1024
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024
+#: Parquet dictionary encoding only for the columns whose values repeat (names, hosts, lineage): on the
+#: unique numbers (offsets, CRCs, ids) it costs most of the write time and makes the file bigger.
+DICTIONARY_COLUMNS = ("file", "magic", "transaction", "compression", "born_host", "store_host", "topic",
+                      "properties.key_value.key", "tags", "broker", "store", "segment")
 _SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 
 # Spark's ExternalCatalogUtils.charToEscape, plus NUL and '~' (kept for the hash suffix).
@@ -202,7 +206,9 @@ class _Sink:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            self.writer = pq.ParquetWriter(str(self.tmp), schema, compression=compression)
+            names = set(schema.names)
+            dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
+            self.writer = pq.ParquetWriter(str(self.tmp), schema, compression=compression, use_dictionary=dictionary)
         else:
             self.fh = open(self.tmp, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 (closed in close())
 

@@ -50,6 +50,7 @@ C_OUT_ENTRIES, C_OUT_KEYS = 69, 70
 BLOCK_SIZE = 72
 SCRATCH_PAIRS = 16384  # property pairs per record (a 32 KiB properties string has at most ~8200)
 OUT_BUFFER = 8 * 1024 * 1024
+MIN_RANGE_ROWS = 256  # rows a worker thread renders at a time (at least)
 
 _backend: Any = None
 _lock = threading.Lock()
@@ -197,11 +198,12 @@ class JsonlRenderer:
     """Writes batches as scan's JSONL lines to ``write`` (a binary writer).
 
     ``render(msg)`` gives the bytes of one line (newline included) by the pure path, for the
-    records the kernel hands back. ``mode`` is a ``MODE_*`` body mode.
+    records the kernel hands back. ``mode`` is a ``MODE_*`` body mode. ``jobs`` > 1 renders
+    ranges of a batch in that many threads (output order unchanged); :meth:`close` stops them.
     """
 
     def __init__(self, write: Callable[[Any], Any], render: Callable[[Message], bytes], mode: int,
-                 decompress: bool = False, buffer_size: int = OUT_BUFFER):
+                 decompress: bool = False, buffer_size: int = OUT_BUFFER, jobs: int = 1):
         import numpy as np
 
         self.k = backend()
@@ -213,6 +215,9 @@ class JsonlRenderer:
         self.scratch = np.empty((SCRATCH_PAIRS, 4), dtype=np.int64)
         self.count = 0
         self.fallbacks = 0
+        self.jobs = max(1, jobs)
+        self._pool = None
+        self._workers: list = []
         self._files: dict[str, np.ndarray] = {}
 
     def _file(self, name: str) -> np.ndarray:
@@ -244,14 +249,24 @@ class JsonlRenderer:
         a[B_OUT_CAP] = self.out.size
         a[B_MODE] = self.mode
         a[B_DECOMPRESS] = 1 if self.decompress else 0
+        a[B_LIMIT] = -1
+        if limit is None and self.jobs > 1 and rb.n >= 2 * MIN_RANGE_ROWS:
+            written = self._parallel(rb, a)
+        else:
+            written = self._serial(rb, a, 0, rb.n, limit)
+        self.count += written
+        return written
+
+    def _serial(self, rb: RecordBatch, a: np.ndarray, lo: int, hi: int, limit: int | None = None) -> int:
+        """Rows ``lo..hi-1`` on this thread, records the kernel hands back through ``render``."""
         addr = a.ctypes.data
         fn = self.k.jsonl
         out = memoryview(self.out)
         written = 0
-        i = 0
-        n = rb.n
+        i = lo
+        a[B_N] = hi
         read_body = self.mode != MODE_NONE
-        while i < n:
+        while i < hi:
             if limit is not None and written >= limit:
                 break
             a[B_I0] = i
@@ -268,8 +283,67 @@ class JsonlRenderer:
             self.fallbacks += 1
             written += 1
             i += 1
-        self.count += written
+        a[B_N] = rb.n
         return written
+
+    def _parallel(self, rb: RecordBatch, a: np.ndarray) -> int:
+        """Ranges of rows rendered by ``jobs`` worker threads (the kernel releases the GIL), written
+        in order; a range a worker could not finish (a record for the pure path, a full buffer) is
+        finished here before the next range is written."""
+        import numpy as np
+
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="rmqdump-jsonl")
+            self._workers = [(np.empty(self.out.size, dtype=np.uint8), np.empty_like(self.scratch),
+                              np.empty(BLOCK_SIZE, dtype=np.int64)) for _ in range(self.jobs)]
+        n = rb.n
+        avg = float(rb["size"].mean()) if n else 1.0
+        per_byte = {MODE_NONE: 0.0, MODE_BASE64: 1.34, MODE_HEX: 2.0, MODE_TEXT: 1.2}[self.mode]
+        rows = int(min(max(MIN_RANGE_ROWS, (self.out.size // 3) // (avg * per_byte + 900)), -(-n // self.jobs)))
+        ranges = [(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+        fn = self.k.jsonl
+        template = a.copy()
+
+        def fill(worker, lo: int, hi: int) -> tuple[int, int, int]:
+            out, scratch, block = worker
+            block[:] = template
+            block[B_OUT], block[B_OUT_CAP] = out.ctypes.data, out.size
+            block[B_SCRATCH] = scratch.ctypes.data
+            block[B_I0], block[B_N] = lo, hi
+            fn(block.ctypes.data)
+            return int(block[B_OUT_LEN]), int(block[B_OUT_NEXT]), int(block[B_OUT_EMITTED])
+
+        pending = []
+        todo = iter(ranges)
+        for w in self._workers:
+            r = next(todo, None)
+            if r is None:
+                break
+            pending.append((w, r, self._pool.submit(fill, w, *r)))
+        written = 0
+        k = 0
+        while k < len(pending):
+            w, (lo, hi), fut = pending[k]
+            pending[k] = None  # type: ignore[call-overload]
+            k += 1
+            o, nxt, emitted = fut.result()
+            if o:
+                self.write(memoryview(w[0])[:o])
+            written += emitted
+            if nxt < hi:
+                written += self._serial(rb, a, nxt, hi)
+            r = next(todo, None)
+            if r is not None:
+                pending.append((w, r, self._pool.submit(fill, w, *r)))
+        return written
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     def _pure(self, rb: RecordBatch, i: int, select, limit) -> int:
         written = 0
@@ -284,6 +358,16 @@ class JsonlRenderer:
         self.count += written
         self.fallbacks += written
         return written
+
+
+_local = threading.local()
+
+
+def _alloc(n: int, dtype) -> np.ndarray:
+    """An output array of the kernel (handed to Arrow, so never reused)."""
+    import numpy as np
+
+    return np.empty(n, dtype=dtype)
 
 
 class Derived:
@@ -316,21 +400,23 @@ def derive(rb: RecordBatch) -> Derived:
 
     k = backend()
     n = rb.n
-    scratch = np.empty((SCRATCH_PAIRS, 4), dtype=np.int64)
+    scratch = getattr(_local, "scratch", None)
+    if scratch is None:
+        scratch = _local.scratch = np.empty((SCRATCH_PAIRS, 4), dtype=np.int64)
     a = _block(rb, scratch)
     cap_p = int(np.maximum(rb["properties_length"], 0).sum()) + 1
     cap_t = int(np.maximum(rb["topic_length"], 0).sum()) + 1
     cap_e = cap_p // 2 + n + 1
-    i32 = np.int32
+    i32, u8 = np.int32, np.uint8
     flags = np.empty(n, dtype=np.int8)
-    entries = np.empty(n + 1, dtype=i32)
-    name_off, value_off, key_off = (np.empty(cap_e + 1, dtype=i32) for _ in range(3))
-    name_data, value_data, key_data, tags_data, uniq_data = (np.empty(cap_p, dtype=np.uint8) for _ in range(5))
-    keys, tags_off, uniq_off, topic_off, bh_off, sh_off = (np.empty(n + 1, dtype=i32) for _ in range(6))
-    topic_data = np.empty(cap_t, dtype=np.uint8)
-    bh_data, sh_data = np.empty(28 * n, dtype=np.uint8), np.empty(28 * n, dtype=np.uint8)
+    entries = _alloc(n + 1, i32)
+    name_off, value_off, key_off = (_alloc(cap_e + 1, i32) for _ in range(3))
+    name_data, value_data, key_data, tags_data, uniq_data = (_alloc(cap_p, u8) for _ in range(5))
+    keys, tags_off, uniq_off, topic_off, bh_off, sh_off = (_alloc(n + 1, i32) for _ in range(6))
+    topic_data = _alloc(cap_t, u8)
+    bh_data, sh_data = _alloc(28 * n, u8), _alloc(28 * n, u8)
     tags_code = np.empty(n, dtype=np.int64)
-    msgid = np.empty(32 * n, dtype=np.uint8)
+    msgid = _alloc(32 * n, u8)
     valid = np.empty(2 * n, dtype=np.int8)
     a[C_N], a[C_N + 1], a[C_N + 2], a[C_N + 3] = n, cap_p, cap_t, cap_e
     for slot, arr in ((C_FLAGS, flags), (C_ENTRIES, entries), (C_NAME_OFF, name_off), (C_NAME_DATA, name_data),

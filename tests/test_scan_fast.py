@@ -186,24 +186,34 @@ def test_scan_jsonl_options_real(monkeypatch, spy):
         _same_scan(monkeypatch, spy, [*extra, str(store)], expect_fast="--tag" not in extra)
 
 
-def test_small_buffer_and_batches(awkward_store):
-    """Output buffer overflows and single-record batches give the same bytes as one big buffer."""
+def test_small_buffer_and_batches(awkward_store, monkeypatch):
+    """Output buffer overflows, single-record batches and worker threads give the same bytes as
+    one big buffer on one thread."""
     from rmqdump.commitlog import CommitLog
 
-    def run(buffer_size: int, batch_records: int) -> bytes:
+    def run(buffer_size: int, batch_records: int, jobs: int = 1) -> bytes:
         chunks: list[bytes] = []
         r = fastrender.JsonlRenderer(lambda b: chunks.append(bytes(b)), _pure_line, fastrender.MODE_BASE64,
-                                     buffer_size=buffer_size)
+                                     buffer_size=buffer_size, jobs=jobs)
         walk = fastwalk.FastWalk(CommitLog.open(awkward_store), batch_records=batch_records)
-        for item in walk.batches():
-            if isinstance(item, fastwalk.RecordBatch):
-                r.write_batch(item)
+        try:
+            for item in walk.batches():
+                if isinstance(item, fastwalk.RecordBatch):
+                    r.write_batch(item)
+        finally:
+            r.close()
+        assert r.count == 120
         return b"".join(chunks)
 
     big = run(fastrender.OUT_BUFFER, 65536)
     assert big.count(b"\n") == 120
     assert run(3000, 5) == big
     assert run(100, 1) == big  # every record too big for the buffer: all rendered by the callback
+    monkeypatch.setattr(fastrender, "MIN_RANGE_ROWS", 3)
+    for jobs in (2, 3):
+        assert run(fastrender.OUT_BUFFER, 65536, jobs) == big
+        assert run(5000, 65536, jobs) == big  # workers stop at a full buffer: finished on the caller's thread
+        assert run(5000, 7, jobs) == big
     from rmqdump.commitlog import CommitLog as CL
 
     assert big == b"".join(_pure_line(m) for m in CL.open(awkward_store).walk() if hasattr(m, "topic_raw"))

@@ -163,6 +163,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
             with progress_bar(total, "scanning", not quiet) as update:
                 limited = _scan_fast(walk, fast, flt, limit, lambda: update(max(0, walk.end_offset - start)))
         finally:
+            fast.close()
             writer.count = fast.count
             sys.stdout.buffer.flush()
             _report_decoder(decoder, quiet)
@@ -239,7 +240,8 @@ def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decomp
         return (_dumps(row) + "\n").encode(enc, errors)
 
     sys.stdout.flush()
-    return fastrender.JsonlRenderer(sys.stdout.buffer.write, render, mode, decompress)
+    return fastrender.JsonlRenderer(sys.stdout.buffer.write, render, mode, decompress,
+                                    jobs=min(fastwalk.default_jobs(), 4))
 
 
 def _scan_fast(walk, renderer, flt: RecordFilter, limit: int | None, progress) -> bool:
