@@ -82,6 +82,21 @@ def encode_message(msg: Message) -> bytes:
     )
 
 
+#: topic of the ROLLBACK filler records ``rmqdump repair --salvage filler`` writes over damaged
+#: bytes (cut to fit small spans); their body starts with FILLER_BODY_PREFIX
+FILLER_TOPIC = "rmqdump_filler"
+FILLER_BODY_PREFIX = b"rmqdump repair filler:"
+
+
+def is_filler(msg) -> bool:
+    """Whether a decoded record looks like a repair filler (ROLLBACK, QUEUEOFFSET 0, filler topic)."""
+    from .format import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
+
+    return (isinstance(msg, Message) and msg.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE
+            and msg.queue_offset == 0 and msg.prepared_transaction_offset == 0
+            and FILLER_TOPIC.encode().startswith(msg.topic_raw))
+
+
 def encode_blank(bytes_to_end: int) -> bytes:
     """The 8-byte end-of-file blank: int32 distance to the end of the file + BLANK magic."""
     if bytes_to_end < 8:

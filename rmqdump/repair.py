@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .encoder import FILLER_BODY_PREFIX, FILLER_TOPIC
 from .errors import FormatError, LockError, RmqdumpError, StoreError
 from .format import (
     CHECKPOINT,
@@ -60,7 +61,6 @@ MANIFEST_FORMAT = "rmqdump-repair-backup/1"
 SALVAGE_CHOICES = ("truncate", "filler", "recrc")
 #: smallest record (V1, IPv4 hosts, empty topic/body/properties): the smallest filler
 MIN_FILLER = 91
-FILLER_TOPIC = "rmqdump_filler"
 _CHUNK = 1 << 20
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -331,7 +331,7 @@ def filler_record(offset: int, length: int, store_ts: int, store_host: str = "12
         raise FormatError(f"a filler record needs at least {MIN_FILLER} bytes, the span has {length}")
     topic = FILLER_TOPIC.encode()[:length - MIN_FILLER]
     body_len = length - MIN_FILLER - len(topic)
-    text = (f"rmqdump repair filler: {length} damaged bytes at offset {offset} replaced. {note}").encode()
+    text = FILLER_BODY_PREFIX + (f" {length} damaged bytes at offset {offset} replaced. {note}").encode()
     body = (text + b" " * body_len)[:body_len]
     addr, port = parse_host(store_host)
     if len(addr) != 4:

@@ -36,6 +36,7 @@ Commitlog records — damage the broker *accepts* (listed again under ``recovery
   ``bad_topic`` (error)         empty topic or one holding NUL or '/'
   ``tx_half_missing`` (error)   COMMIT/ROLLBACK record whose PREPARED TRANSACTION OFFSET is no half message
   ``tx_half_expired`` (info)    …whose half message lies in a deleted file
+  ``repair_filler`` (info)      a ROLLBACK filler written by ``rmqdump repair --salvage filler``
   ``tx_queue_offset`` / ``tx_unexpected_prepared_offset`` (warning)  transaction fields the broker never writes
   ``sysflag_unknown_bits``, ``bad_timestamp``, ``bad_host``, ``bad_field``, ``empty_body_crc``,
   ``bad_compression``, ``header_outlier`` (warning)  fields nothing in the broker validates

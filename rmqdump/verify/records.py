@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..commitlog import CommitLog, Skipped, read_record
 from ..crc import body_crc, decode_crc_property_value
+from ..encoder import is_filler
 from ..findings import ERROR, INFO, WARNING, Finding
 from ..format import (
     BORNHOST_V6_FLAG,
@@ -667,6 +668,9 @@ def check_transactions(results: list[SegmentResult], cache, min_offset: int) -> 
                     detail = f"{name} record points at {prepared}, where there is no valid record ({h.kind})"
                 elif h.topic_raw != _HALF:
                     detail = f"{name} record points at {prepared}, a {h.topic!r} record, not a half message"
-            if detail:
+            if detail and tx != TRANSACTION_COMMIT_TYPE and is_filler(cache.decode(off, check_crc=False)):
+                out.append(Finding(INFO, "repair_filler", r.file, off, "ROLLBACK filler record written by rmqdump "
+                                   "repair over damaged bytes (they are in the repair's backup)"))
+            elif detail:
                 out.append(Finding(ERROR, "tx_half_missing", r.file, off, detail))
     return out
