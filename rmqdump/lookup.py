@@ -23,7 +23,6 @@ from .commitlog import CommitLog, Skipped
 from .errors import FormatError, NotFoundError, RmqdumpError
 from .format import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
 from .geometry import StoreGeometry, check_index_file, geometry_hint, resolve_geometry
-from .indexfile import _bad_prev
 from .record import Blank, Invalid, Message
 from .store import Store
 
@@ -255,6 +254,8 @@ def _chain_offsets(f, key_hash: int, lo: int, out: set[int], stop: _EarlyStop | 
     negative timeDiff. With ``stop`` the walk ends once enough hits are confirmed in chain
     order (see :class:`_EarlyStop`).
     """
+    from .indexfile import _bad_prev
+
     S = f.geometry.hash_slot_num
     slot = key_hash % S
     count = f.index_count

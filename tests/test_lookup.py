@@ -563,3 +563,19 @@ def test_live_broker_abort_marker_keeps_the_index(store_copy):
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_key_lookup_to_a_pipe_loads_no_renderer():
+    """`lookup --key -f jsonl` (summary on a non-terminal stderr) never imports rich, bodyfmt or csv (start-up cost)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom rmqdump.cli import cli\n"
+            "try:\n    cli.main(args=sys.argv[1:], prog_name='rmqdump')\nexcept SystemExit:\n    pass\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'csv') or m == 'rmqdump.bodyfmt')\n"
+            "sys.stderr.write('LOADED ' + ' '.join(bad) + '\\n')\n")
+    r = subprocess.run([sys.executable, "-c", code, "lookup", str(real_store(CLEAN)), "--key", "order-0", "--topic",
+                        "TopicTest", "--max", "2", "-f", "jsonl"], capture_output=True, text=True, timeout=120)
+    assert len(r.stdout.splitlines()) == 2
+    assert "2 records found (truncated) via the index" in r.stderr
+    assert r.stderr.splitlines()[-1] == "LOADED ", r.stderr

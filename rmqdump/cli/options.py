@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import click
 
-from ..bodyfmt import BodyDecoder, BodySpecError, default_body_decoder, parse_body_spec
 from .output import FORMATS
+
+if TYPE_CHECKING:
+    from ..bodyfmt import BodyDecoder
 
 
 def compose(*decorators):
@@ -40,6 +43,8 @@ class BodySpecType(click.ParamType):
     name = "SPEC"
 
     def convert(self, value, param, ctx):
+        from ..bodyfmt import BodyDecoder, BodySpecError, parse_body_spec
+
         if isinstance(value, BodyDecoder):
             return value.spec
         try:
@@ -61,6 +66,8 @@ body_decoder_options = compose(
 
 def resolve_body_decoder(spec: str | None, fmt: str) -> BodyDecoder:
     """The :class:`~rmqdump.bodyfmt.BodyDecoder` for a validated ``--body`` value and format."""
+    from ..bodyfmt import default_body_decoder
+
     return default_body_decoder(spec, fmt)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import re
@@ -11,11 +10,25 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich is imported where it renders, so commands that print JSON never load it
+    from rich.console import Console
+
+#: rich names this module used to import eagerly; still reachable as ``output.<name>`` (loaded on first use)
+_RICH = {"Console": "rich.console", "Table": "rich.table", "Text": "rich.text", "Progress": "rich.progress",
+         "BarColumn": "rich.progress", "DownloadColumn": "rich.progress", "TextColumn": "rich.progress",
+         "TimeRemainingColumn": "rich.progress", "TransferSpeedColumn": "rich.progress"}
+
+
+def __getattr__(name: str):
+    module = _RICH.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
 
 FORMATS = ("table", "jsonl", "json", "csv")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -52,12 +65,16 @@ def _no_color() -> bool:
 
 def stdout_console() -> Console:
     """Data console; wide when piped so tables are not squeezed to 80 columns."""
+    from rich.console import Console
+
     width = None if sys.stdout.isatty() else 240
     return Console(file=sys.stdout, highlight=False, no_color=_no_color(), width=width)
 
 
 def stderr_console() -> Console:
     """Diagnostics console; soft-wrapped so every message stays one line."""
+    from rich.console import Console
+
     return Console(file=sys.stderr, stderr=True, highlight=False, no_color=_no_color(), soft_wrap=True)
 
 
@@ -105,6 +122,8 @@ class RecordWriter:
             self.out.write(("[\n" if self.count == 0 else ",\n") + _dumps(row))
         elif fmt == "csv":
             if self._csv is None:
+                import csv
+
                 self._csv = csv.writer(self.out)
                 self._csv.writerow(self.columns)
             self._csv.writerow([_csv_cell(row.get(c)) for c in self.columns])
@@ -117,6 +136,9 @@ class RecordWriter:
     def _flush_table(self) -> None:
         if not self._pending:
             return
+        from rich.table import Table
+        from rich.text import Text
+
         first = self.count <= len(self._pending)
         table = Table(show_header=first, box=None, pad_edge=False, title=self.title if first else None)
         for _, header, width in self.table_columns:
@@ -193,6 +215,15 @@ def progress_bar(total: int, description: str, enabled: bool, delay: float = PRO
         if "progress" not in state:
             if time.monotonic() - t0 < delay:
                 return
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
             progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
                                 TransferSpeedColumn(), TimeRemainingColumn(), console=stderr_console(),
                                 transient=True)
@@ -208,9 +239,29 @@ def progress_bar(total: int, description: str, enabled: bool, delay: float = PRO
             state["progress"].stop()
 
 
+def _plain_stderr() -> bool:
+    """Whether rich would print to stderr without any styling (not a terminal, no FORCE_COLOR/TTY_COMPATIBLE)."""
+    if "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ:
+        return False
+    try:
+        return not sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def diag(message: str, style: str | None = None) -> None:
-    """One diagnostic line on stderr (never on the data stream)."""
-    stderr_console().print(Text(escape_control(message), style=style or ""))
+    """One diagnostic line on stderr (never on the data stream).
+
+    Styled through rich on a terminal; written as is otherwise (what rich would print, without loading it).
+    """
+    text = escape_control(message)
+    if _plain_stderr():
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        return
+    from rich.text import Text
+
+    stderr_console().print(Text(text, style=style or ""))
 
 
 def consume(it: Iterable) -> None:
