@@ -83,15 +83,20 @@ _TAGS = np.frombuffer(b"TAGS", dtype=np.uint8).copy()
 _KEYS = np.frombuffer(b"KEYS", dtype=np.uint8).copy()
 _UNIQ = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8).copy()
 _B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8).copy()
+_B64I = [int(c) for c in _B64]
+# 12 input bits -> their two base64 characters (first in the low byte)
+_B64PAIR = np.array([_B64I[i >> 6] | (_B64I[i & 63] << 8) for i in range(4096)], dtype=np.uint32)
+_DIGITS2 = np.frombuffer(b"".join(b"%02d" % i for i in range(100)), dtype=np.uint8).copy()
+_POW10 = np.array([10 ** i for i in range(20)], dtype=np.uint64)
 _HEXL = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
 _HEXU = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
 _V2 = np.uint32(0xDAA320AB)
-_MIN64 = np.frombuffer(b"9223372036854775808", dtype=np.uint8).copy()
 
 
 def _lits(*parts: str) -> tuple[np.ndarray, np.ndarray]:
-    """Literal byte strings as one array + offsets (numba freezes global arrays as constants)."""
-    data = b"".join(p.encode() for p in parts)
+    """Literal byte strings as one array + offsets (numba freezes global arrays as constants),
+    padded by 8 bytes for :func:`_copy8`."""
+    data = b"".join(p.encode() for p in parts) + bytes(8)
     offs = np.zeros(len(parts) + 1, dtype=np.int64)
     offs[1:] = np.cumsum([len(p.encode()) for p in parts])
     return np.frombuffer(data, dtype=np.uint8).copy(), offs
@@ -134,6 +139,42 @@ def _prefetch(typingctx, arr, idx):
     return sig, codegen
 
 
+@intrinsic
+def _st_u32(typingctx, arr, idx, val):
+    """Store the low 32 bits of ``val`` at byte ``idx`` of a uint8 array (unaligned, native order)."""
+    sig = types.void(arr, idx, val)
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(32).as_pointer())
+        v = args[2]
+        if v.type.width > 32:
+            v = builder.trunc(v, ir.IntType(32))
+        elif v.type.width < 32:
+            v = builder.zext(v, ir.IntType(32))
+        builder.store(v, ptr).align = 1
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _copy8(typingctx, dst, d, src, s):
+    """Copy 8 bytes ``src[s:s+8]`` to ``dst[d:d+8]`` (unaligned uint8 arrays)."""
+    sig = types.void(dst, d, src, s)
+
+    def codegen(context, builder, signature, args):
+        p64 = ir.IntType(64).as_pointer()
+        da = context.make_array(signature.args[0])(context, builder, args[0])
+        sa = context.make_array(signature.args[2])(context, builder, args[2])
+        v = builder.load(builder.bitcast(builder.gep(sa.data, [args[3]]), p64))
+        v.align = 1
+        builder.store(v, builder.bitcast(builder.gep(da.data, [args[1]]), p64)).align = 1
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _ahead(buf, i, n, topic_start, props_start):
     """Prefetch the topic and properties of row ``i + PREFETCH_AHEAD``."""
@@ -149,9 +190,11 @@ def _ahead(buf, i, n, topic_start, props_start):
 
 @njit(cache=True, nogil=True, inline="always")
 def _lit(out, o, text, offs, k):
+    """Copy literal ``k`` in 8-byte words (``text`` is padded; up to 7 bytes past the literal are
+    written and later overwritten: every record's bound keeps that slack)."""
     s, e = offs[k], offs[k + 1]
-    for j in range(e - s):
-        out[o + j] = text[s + j]
+    for j in range(0, e - s, 8):
+        _copy8(out, o + j, text, s + j)
     return o + e - s
 
 
@@ -163,23 +206,34 @@ def _ch(out, o, c):
 
 @njit(cache=True, nogil=True)
 def _int(out, o, v):
-    """Decimal of a signed 64-bit value (as Python's repr)."""
+    """Decimal of a signed 64-bit value (as Python's repr), two digits per division."""
+    if 0 <= v < 10:
+        out[o] = 48 + v
+        return o + 1
     if v < 0:
         out[o] = 45
         o += 1
-        if v == -9223372036854775807 - 1:
-            for j in range(19):
-                out[o + j] = _MIN64[j]
-            return o + 19
-        v = -v
+        u = np.uint64(-(v + 1)) + np.uint64(1)
+    else:
+        u = np.uint64(v)
     n = 1
-    t = v
-    while t >= 10:
-        t //= 10
+    while n < 20 and u >= _POW10[n]:
         n += 1
-    for j in range(n - 1, -1, -1):
-        out[o + j] = 48 + v % 10
-        v //= 10
+    p = o + n
+    c100 = np.uint64(100)
+    while u >= c100:
+        q = u // c100
+        r = np.int64(u - q * c100) * 2
+        p -= 2
+        out[p] = _DIGITS2[r]
+        out[p + 1] = _DIGITS2[r + 1]
+        u = q
+    if u >= np.uint64(10):
+        r = np.int64(u) * 2
+        out[p - 2] = _DIGITS2[r]
+        out[p - 1] = _DIGITS2[r + 1]
+    else:
+        out[p - 1] = 48 + np.int64(u)
     return o + n
 
 
@@ -582,30 +636,28 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
 
 @njit(cache=True, nogil=True)
 def _base64(out, o, buf, s, n):
+    """Standard base64 (with padding) of ``buf[s:s+n]``: 12 bits -> 2 characters by table, 4 per store."""
     e = s + n - n % 3
     j = s
-    T = _B64
+    T = _B64PAIR
     while j < e:
-        v = (np.int64(buf[j]) << 16) | (np.int64(buf[j + 1]) << 8) | np.int64(buf[j + 2])
-        out[o] = T[(v >> 18) & 63]
-        out[o + 1] = T[(v >> 12) & 63]
-        out[o + 2] = T[(v >> 6) & 63]
-        out[o + 3] = T[v & 63]
+        v = (np.uint32(buf[j]) << 16) | (np.uint32(buf[j + 1]) << 8) | np.uint32(buf[j + 2])
+        _st_u32(out, o, T[v >> 12] | (T[v & 4095] << 16))
         o += 4
         j += 3
     r = n % 3
     if r == 1:
         v = np.int64(buf[j]) << 16
-        out[o] = T[(v >> 18) & 63]
-        out[o + 1] = T[(v >> 12) & 63]
+        out[o] = _B64[(v >> 18) & 63]
+        out[o + 1] = _B64[(v >> 12) & 63]
         out[o + 2] = 61
         out[o + 3] = 61
         o += 4
     elif r == 2:
         v = (np.int64(buf[j]) << 16) | (np.int64(buf[j + 1]) << 8)
-        out[o] = T[(v >> 18) & 63]
-        out[o + 1] = T[(v >> 12) & 63]
-        out[o + 2] = T[(v >> 6) & 63]
+        out[o] = _B64[(v >> 18) & 63]
+        out[o + 1] = _B64[(v >> 12) & 63]
+        out[o + 2] = _B64[(v >> 6) & 63]
         out[o + 3] = 61
         o += 4
     return o
