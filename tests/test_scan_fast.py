@@ -42,6 +42,13 @@ def _stores() -> list:
 STORES = _stores()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _kernels():
+    """Build/load the kernels first (a first build announces itself on stderr, which is compared)."""
+    fastwalk.backend()
+    fastrender.backend()
+
+
 def _props(pairs) -> bytes:
     return b"\x02".join(k + b"\x01" + v for k, v in pairs)
 
@@ -280,3 +287,27 @@ def test_record_batches_fast_flag(awkward_store):
     a = pa.Table.from_batches(list(record_batches(str(awkward_store), fast=True)))
     b = pa.Table.from_batches(list(record_batches(str(awkward_store), fast=False)))
     assert a.equals(b)
+
+
+def test_numba_jit_fallback(awkward_store, tmp_path):
+    """Without the shared library (RMQDUMP_FAST_LIBRARY=0) numba's JIT runs the same kernels."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['rmqdump', 'scan', '-f', 'jsonl', '-q', '--body', 'hex', sys.argv[1]]\n"
+            "from rmqdump.cli import main\nmain()\n")
+    outs = []
+    for env in ({"RMQDUMP_FAST": "0"}, {"RMQDUMP_FAST": "1", "RMQDUMP_FAST_LIBRARY": "0",
+                                        "NUMBA_CACHE_DIR": str(tmp_path / "numba")}):
+        res = subprocess.run([sys.executable, "-c", code, str(awkward_store)], capture_output=True, timeout=900,
+                             env={**os.environ, **env})
+        assert res.returncode == 0, res.stderr[-2000:]
+        outs.append(res.stdout)
+    assert outs[0].count(b"\n") == 120
+    assert outs[1] == outs[0]
+    probe = ("from rmqdump import fastrender; import sys; b = fastrender.backend(); "
+             "sys.stdout.write(b.kind)")
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900,
+                         env={**os.environ, "RMQDUMP_FAST_LIBRARY": "0", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
+    assert res.stdout.startswith("numba JIT"), res.stderr[-2000:]

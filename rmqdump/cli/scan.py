@@ -153,7 +153,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     limited = False
     fast = None
     if fmt == "jsonl" and not (keep_going or no_mmap or do_resolve or flt.tags or flt.keys or limit == 0):
-        fast = _fast_renderer(cl, start, end, decoder, decompress)
+        fast = _fast_renderer(cl, start, end, decoder, decompress, quiet)
     if fast is not None:
         from ..fastwalk import FastWalk
 
@@ -214,7 +214,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     raise SystemExit(1)
 
 
-def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decompress: bool):
+def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decompress: bool, quiet: bool):
     """A :class:`rmqdump.fastrender.JsonlRenderer` on stdout when the compiled path applies to this
     walk (big enough, body mode it renders, UTF-8 stdout), else None."""
     from .. import fastwalk
@@ -234,6 +234,8 @@ def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decomp
     if mode is None:
         return None
     errors = sys.stdout.errors or "strict"
+    if not quiet and not (fastrender.library_ready() and fastwalk.library_ready()):
+        diag("compiling the fast scan kernels for this machine (once, 10-60 s) ...")
 
     def render(msg: Message) -> bytes:
         row = message_to_row(msg, decoder, decompress)
