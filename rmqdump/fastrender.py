@@ -81,17 +81,17 @@ def _cpu_signature() -> str:
 
 def library_path() -> Path:
     """The shared library for this machine, kernel source, numba and Python (may not exist yet)."""
-    from importlib.metadata import PackageNotFoundError, version
+    import importlib.util
 
     from .fastwalk import cache_dir
 
     h = hashlib.sha256(_abi())
     h.update(Path(__file__).resolve().with_name("_jsonkernels.py").read_bytes())
-    for dist in ("numba", "llvmlite"):
-        try:
-            h.update(version(dist).encode())
-        except PackageNotFoundError:
-            pass
+    for dist in ("numba", "llvmlite"):  # the installed compiler (cheaper than importlib.metadata)
+        spec = importlib.util.find_spec(dist)
+        if spec is not None and spec.origin:
+            st = os.stat(spec.origin)
+            h.update(f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}".encode())
     h.update(_cpu_signature().encode())
     h.update((sys.implementation.cache_tag or "").encode())
     return cache_dir() / f"render-{h.hexdigest()[:24]}.so"
