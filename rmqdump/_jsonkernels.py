@@ -339,6 +339,25 @@ def _host(out, o, addr, port):
 
 
 @njit(cache=True, nogil=True)
+def _host_memo(out, o, addr, port, memo, k):
+    """:func:`_host`, copying the text rendered last time at ``out[memo[k, 2]:...]`` when the address and
+    port are the same (a store has few hosts). ``memo[k]``: address (int), port, position, length."""
+    key = (np.int64(addr[0]) << 24) | (np.int64(addr[1]) << 16) | (np.int64(addr[2]) << 8) | np.int64(addr[3])
+    if memo[k, 2] >= 0 and memo[k, 0] == key and memo[k, 1] == port:
+        s = memo[k, 2]
+        n = memo[k, 3]
+        for j in range(n):
+            out[o + j] = out[s + j]
+        return o + n
+    e = _host(out, o, addr, port)
+    memo[k, 0] = key
+    memo[k, 1] = port
+    memo[k, 2] = o
+    memo[k, 3] = e - o
+    return e
+
+
+@njit(cache=True, nogil=True)
 def _msg_id(out, o, addr, port, phys):
     """createMessageId of an IPv4 store host: upper-case hex of addr, port (int32 BE), offset (int64 BE)."""
     for k in range(4):
@@ -477,6 +496,10 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
           born_port, store_ts, store_addr, store_port, reconsume, prepared, body_len, body_start, topic_start,
           topic_len, props_start, props_len):
     """Render rows ``i0..n-1`` as JSONL into ``out``. Returns (bytes written, next row, code, emitted)."""
+    memo = sc[sc.shape[0] - 2:]  # the last two scratch rows: the host memo (born, store)
+    sc = sc[:sc.shape[0] - 2]
+    memo[0, 2] = -1
+    memo[1, 2] = -1
     o = 0
     emitted = 0
     i = i0
@@ -547,13 +570,13 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
         o = _int(out, o, born_ts[i])
         o = _lit(out, o, KT, KO, 14)
         out[o] = 34
-        o = _host(out, o + 1, born_addr[i], born_port[i])
+        o = _host_memo(out, o + 1, born_addr[i], born_port[i], memo, 0)
         out[o] = 34
         o = _lit(out, o + 1, KT, KO, 15)
         o = _int(out, o, store_ts[i])
         o = _lit(out, o, KT, KO, 16)
         out[o] = 34
-        o = _host(out, o + 1, store_addr[i], store_port[i])
+        o = _host_memo(out, o + 1, store_addr[i], store_port[i], memo, 1)
         out[o] = 34
         o = _lit(out, o + 1, KT, KO, 17)
         o = _int(out, o, np.int64(reconsume[i]))
@@ -673,6 +696,10 @@ def columns(buf, n, sc, sys_flag, born_addr, born_port, store_addr, store_port, 
 
     ``tags`` / ``uniq`` / ``topic`` / ``born_h`` / ``store_h`` are (n + 1) int32 offsets into
     their own data areas that follow in the same array: see :func:`rmqdump.fastrender.derive`."""
+    memo = sc[sc.shape[0] - 2:]  # the last two scratch rows: the host memo (born, store)
+    sc = sc[:sc.shape[0] - 2]
+    memo[0, 2] = -1
+    memo[1, 2] = -1
     ne = 0
     nk = 0
     name_o = 0
@@ -770,9 +797,9 @@ def columns(buf, n, sc, sys_flag, born_addr, born_port, store_addr, store_port, 
             topic_data[topic_o + j] = buf[ts + j]
         topic_o += tl
         topic_off[i + 1] = topic_o
-        bh_o = _host(bh_data, bh_o, born_addr[i], born_port[i])
+        bh_o = _host_memo(bh_data, bh_o, born_addr[i], born_port[i], memo, 0)
         bh_off[i + 1] = bh_o
-        sh_o = _host(sh_data, sh_o, store_addr[i], store_port[i])
+        sh_o = _host_memo(sh_data, sh_o, store_addr[i], store_port[i], memo, 1)
         sh_off[i + 1] = sh_o
         _msg_id(msgid, 32 * i, store_addr[i], store_port[i], phys[i])
     return ne, nk
