@@ -634,6 +634,51 @@ class LockedAppender:
         self._bytes_since_commit += row[1]
         return row
 
+    def place_batch(self, records: Iterator, limit_bytes: int, rows: list[tuple],
+                    convert: Callable[[object], MessageSpec] | None = None) -> bool:
+        """:meth:`place` records from the iterator ``records`` into ``rows`` until ``limit_bytes``
+        are pending (``convert`` turns anything that is not a :class:`MessageSpec` into one).
+
+        The bulk loop: the same checks as :meth:`place`, names bound once. Returns False
+        when ``records`` is exhausted.
+        """
+        w = self.writer
+        if w is None:
+            raise StoreError("appender is not open", self.root)
+        place = w.place
+        max_size = self.max_message_size
+        store_host = self.store_host
+        tx_map = self._tx_map
+        add = rows.append
+        pending = self._bytes_since_commit
+        n = 0
+        try:
+            for spec in records:
+                if convert is not None and not isinstance(spec, MessageSpec):
+                    spec = convert(spec)
+                if len(spec.body) > max_size:
+                    raise FormatError(f"body of {len(spec.body)} bytes exceeds maxMessageSize {max_size}")
+                if store_host and spec.store_host is None:
+                    spec.store_host = store_host
+                if tx_map and spec.transaction & TRANSACTION_TYPE_MASK in (TRANSACTION_COMMIT_TYPE,
+                                                                          TRANSACTION_ROLLBACK_TYPE) \
+                        and spec.prepared_transaction_offset in tx_map:
+                    spec.prepared_transaction_offset = tx_map[spec.prepared_transaction_offset]
+                if not self._abort_created:
+                    self._create_abort()
+                row = place(spec)
+                if spec.source_offset is not None and spec.topic == RMQ_SYS_TRANS_HALF_TOPIC:
+                    tx_map[spec.source_offset] = row[0]
+                add(row)
+                n += 1
+                pending += row[1]
+                if pending >= limit_bytes:
+                    return True
+            return False
+        finally:
+            self._placed += n
+            self._bytes_since_commit = pending
+
     @property
     def pending_bytes(self) -> int:
         return self._bytes_since_commit
@@ -860,18 +905,15 @@ def bulk_append(store: str | os.PathLike, records: Iterable[MessageSpec | dict],
 
     try:
         with app:
-            place = app.place
-            pending = 0
-            for r in records:
-                row = place(r if isinstance(r, MessageSpec) else record_to_spec(r, body_encoding=body_encoding,
-                                                                                  keep_store_time=keep_store_time))
-                rows.append(row)
-                pending += row[1]
-                if pending >= batch_bytes:
-                    app.commit()
-                    res.commits += 1
-                    pending = 0
-                    report()
+            it = iter(records)
+
+            def convert(row: object) -> MessageSpec:
+                return record_to_spec(row, body_encoding=body_encoding, keep_store_time=keep_store_time)
+
+            while app.place_batch(it, batch_bytes, rows, convert):
+                app.commit()
+                res.commits += 1
+                report()
             app.close()
             res.commits += 1
     finally:

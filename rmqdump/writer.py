@@ -97,6 +97,9 @@ _PROPS_LEN = struct.Struct(">h")
 #: TOTALSIZE minus body, topic (with its length field) and properties for IPv4 hosts
 _V4_OVERHEAD = MESSAGE_FIXED_OVERHEAD + 2 * HOST_V4_LENGTH
 _choose_magic = functools.lru_cache(maxsize=4096)(choose_magic)
+_FORKS = [0]  # bumped in a forked child: writers read their pid again
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _FORKS.__setitem__(0, _FORKS[0] + 1))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -173,7 +176,7 @@ def index_hash(key: str) -> int:
     return h
 
 
-@dataclass
+@dataclass(slots=True)
 class MessageSpec:
     """What a producer sends, plus the broker-side fields a forensic writer may pin."""
 
@@ -489,7 +492,10 @@ class StoreWriter:
         self._pend_keys: list[str] = []
         self._pend_kphys: list[int] = []
         self._pend_kts: list[int] = []
-        self._uniq_prefix: dict[tuple[str, int], str] = {}
+        self._uniq_prefix: dict[str, str] = {}  # born host -> uniq-key prefix (IP, pid, class loader)
+        self._forks, self._pid = _FORKS[0], os.getpid()
+        self._uniq_day = self._uniq_month_start = -1
+        self._hosts: dict[str, tuple[bytes, int]] = {}
         self._topics: dict[str, tuple[int, bytes]] = {}
         self._tags_codes: dict[str, int] = {}
         self.last_store_timestamp = 0
@@ -667,14 +673,18 @@ class StoreWriter:
 
     def _new_uniq_key(self, born_host: str, born_ts: int) -> str:
         """:func:`make_uniq_key` with the constant prefix (IP, pid, class loader) cached."""
-        pid = os.getpid()
-        prefix = self._uniq_prefix.get((born_host, pid))
+        if self._forks != _FORKS[0]:  # forked since the pid was read
+            self._forks, self._pid = _FORKS[0], os.getpid()
+            self._uniq_prefix.clear()
+        prefix = self._uniq_prefix.get(born_host)
         if prefix is None:
             addr, _ = _host(born_host)
-            prefix = (addr + struct.pack(">Hi", pid & 0xFFFF, self._classloader)).hex().upper()
-            self._uniq_prefix[(born_host, pid)] = prefix
-        return (f"{prefix}{(born_ts - _month_start_ms(born_ts // 86_400_000)) & 0x7FFFFFFF:08X}"
-                f"{next(self._uniq_counter) & 0xFFFF:04X}")
+            prefix = (addr + struct.pack(">Hi", self._pid & 0xFFFF, self._classloader)).hex().upper()
+            self._uniq_prefix[born_host] = prefix
+        day = born_ts // 86_400_000
+        if day != self._uniq_day:
+            self._uniq_day, self._uniq_month_start = day, _month_start_ms(day)
+        return f"{prefix}{(born_ts - self._uniq_month_start) & 0x7FFFFFFF:08X}{next(self._uniq_counter) & 0xFFFF:04X}"
 
     def _topic_part(self, topic: str) -> tuple[int, bytes]:
         """(magic, TOPICLENGTH + TOPIC bytes) of a topic (the broker's magic choice)."""
@@ -771,7 +781,7 @@ class StoreWriter:
         tags_code = None
         if dispatchable:
             if topic != SCHEDULE_TOPIC:
-                tags_code = self._tags_code(tags)
+                tags_code = self._tags_code(tags) if tags else 0
             else:
                 if props is None:
                     props = spec.properties_dict()
@@ -779,8 +789,20 @@ class StoreWriter:
                     tags_code = dispatch_tags_code(topic, props, store_ts, self.delay_levels_ms)
                 except ValueError:
                     raise FormatError(f"malformed {PROPERTY_DELAY_TIME_LEVEL} property") from None
-        born_host = _host(spec.born_host)
-        store_host = _host(spec.store_host) if spec.store_host else self._store_addr
+        hosts = self._hosts
+        born_host = hosts.get(spec.born_host)
+        if born_host is None:
+            if len(hosts) > 4096:
+                hosts.clear()
+            born_host = hosts[spec.born_host] = _host(spec.born_host)
+        store_host = spec.store_host
+        if store_host:
+            h = hosts.get(store_host)
+            if h is None:
+                h = hosts[store_host] = _host(store_host)
+            store_host = h
+        else:
+            store_host = self._store_addr
         fs = self.file_size
         rec = None
         if (not spec.compressed_flags and not spec.compression and not spec.extra_sys_flag and not spec.record_crc
@@ -840,7 +862,10 @@ class StoreWriter:
                 if uniq is not None:
                     self._pend_keys.append(f"{topic}#{uniq}")
                 if kp:
-                    self._pend_keys += [f"{topic}#{k}" for k in kp.split(" ") if k]
+                    if " " in kp:
+                        self._pend_keys += [f"{topic}#{k}" for k in kp.split(" ") if k]
+                    else:
+                        self._pend_keys.append(f"{topic}#{kp}")
                 n = len(self._pend_keys) - n
                 if n == 1:
                     self._pend_kphys.append(phys)
