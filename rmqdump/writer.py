@@ -496,6 +496,7 @@ class StoreWriter:
         self._forks, self._pid = _FORKS[0], os.getpid()
         self._uniq_day = self._uniq_month_start = -1
         self._hosts: dict[str, tuple[bytes, int]] = {}
+        self._pool = None  # threads for concurrent metadata fsyncs (created on first use)
         self._topics: dict[str, tuple[int, bytes]] = {}
         self._tags_codes: dict[str, int] = {}
         self.last_store_timestamp = 0
@@ -912,8 +913,8 @@ class StoreWriter:
         Order: commitlog bytes (all but the batch's first 8) → fsync segments → commitlog
         directory if a segment was created → the held-back 8 bytes → fsync (the commit
         point: recovery now sees the batch) → ConsumeQueue and index writes → fsync of
-        those files (full index files were fsynced when they filled) → fsync of the
-        directories that gained entries. Any failure is raised and the writer refuses
+        those files, concurrently, all finished before going on (full index files were
+        fsynced when they filled) → fsync of the directories that gained entries. Any failure is raised and the writer refuses
         further use.
         """
         self._check_usable()
@@ -942,11 +943,11 @@ class StoreWriter:
             self._batch_started = False
             self.durable_offset = end
             self._dispatch_pending(pend)
-            for key in sorted(self._cq_dirty):
-                self._cq[key].fsync()
-            self._cq_dirty.clear()
+            syncs = [self._cq[key].fsync for key in sorted(self._cq_dirty)]
             if self._index is not None:
-                self._index.fsync()
+                syncs.append(self._index.fsync)
+            self._run_all(syncs)
+            self._cq_dirty.clear()
             for d in sorted(self._dirs_to_sync, key=lambda p: -len(p.parts)):
                 fsync_dir(d)
             self._dirs_to_sync.clear()
@@ -954,6 +955,23 @@ class StoreWriter:
             raise self._fail(e) from None
         except OSError as e:
             raise self._fail(StoreError(f"sync failed: {e.strerror}", self.root)) from None
+
+    def _run_all(self, calls: list) -> None:
+        """Run independent fsyncs concurrently (the filesystem can share one journal commit
+        among them); returns when all are done, raising the first error in ``calls`` order."""
+        if len(calls) <= 1:
+            for call in calls:
+                call()
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rmqdump-fsync")
+        futures = [self._pool.submit(call) for call in calls]
+        for f in futures:
+            f.exception()  # wait for every one before raising any error
+        for f in futures:
+            f.result()
 
     def _sync_segments(self) -> None:
         for start in sorted(self._dirty_segments):
@@ -983,6 +1001,9 @@ class StoreWriter:
             self._cq.clear()
             if self._index is not None:
                 self._index.close()
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
 
     def abandon(self) -> None:
         """Close every descriptor without writing anything still buffered or pending."""
