@@ -677,6 +677,54 @@ def _fast_pieces(rb, ctx: _FastContext, include_body: bool, decompress: bool,
         yield batch
 
 
+#: Segments from this size are walked on a second thread while the first builds columns.
+READ_AHEAD_BYTES = 64 * 1024 * 1024
+
+
+def _read_ahead(walk, depth: int = 2) -> Iterator:
+    """The batches of a fastwalk segment walk, walked (and CRC-checked) on a helper thread up to
+    ``depth`` batches ahead: the kernels release the GIL, so the walk and the column building
+    overlap. The batches are copies (the walk reuses its column arrays)."""
+    import queue
+    import threading
+
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for rb in walk:
+                if not put(rb.copy()):
+                    return
+            put(done)
+        except BaseException as e:  # re-raised on the consumer's thread
+            put(e)
+
+    t = threading.Thread(target=run, name="rmqdump-walk", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        t.join()
+
+
 def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool, decompress: bool,
                      flt: RecordFilter | None, crc: str, max_record_size: int, delay_levels_ms: list[int],
                      on_segment: Callable[[SegmentReport], None] | None) -> Iterator[pa.RecordBatch]:
@@ -687,14 +735,17 @@ def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool
     flt = None if flt is None or flt.empty else flt
     rows = 0
     walk = fastwalk.walk_segment_fast(seg, check_crc=crc == "check", max_record_size=max_record_size)
+    batches = _read_ahead(walk) if split.size >= READ_AHEAD_BYTES and fastwalk.default_jobs() > 1 else walk
     try:
-        for rb in walk:
+        for rb in batches:
             for batch in _fast_pieces(rb, ctx, include_body, decompress, flt):
                 for start in range(0, batch.num_rows, batch_size):
                     piece = batch.slice(start, batch_size)
                     rows += piece.num_rows
                     yield piece
     finally:
+        if batches is not walk:
+            batches.close()  # stops and joins the walking thread
         walk.close()
     if on_segment is not None:
         st = walk.stop

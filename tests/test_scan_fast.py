@@ -311,3 +311,22 @@ def test_numba_jit_fallback(awkward_store, tmp_path):
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900,
                          env={**os.environ, "RMQDUMP_FAST_LIBRARY": "0", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
     assert res.stdout.startswith("numba JIT"), res.stderr[-2000:]
+
+
+def test_arrow_read_ahead(monkeypatch, awkward_store):
+    """The walk on a helper thread (big segments) gives the same batches; closing early joins it."""
+    from rmqdump import arrow
+
+    monkeypatch.setattr(fastwalk, "default_jobs", lambda: 2)
+    want = _table(str(awkward_store), True, include_body=True)
+    monkeypatch.setattr(arrow, "READ_AHEAD_BYTES", 0)
+    for store in [awkward_store, *STORES]:
+        assert _table(str(store), True, include_body=True).equals(_table(str(store), False, include_body=True))
+    assert _table(str(awkward_store), True, include_body=True).equals(want)
+    split = arrow.iter_splits(str(awkward_store))[0]
+    it = read_split(split, fast=True, batch_size=1)
+    next(it)
+    it.close()  # must not hang on the walking thread
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name == "rmqdump-walk"]
