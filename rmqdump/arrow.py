@@ -195,11 +195,14 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
                fast: bool | None = None) -> Iterator[pa.RecordBatch]:
     """Record batches of one segment (see :func:`record_batches` for the options).
 
-    ``fast``: use the compiled walk (:mod:`rmqdump.fastwalk`) and build the columns with
-    numpy/Arrow compute instead of one Python call per record — same rows (a batch with
-    anything unusual, e.g. IPv6 hosts or undecodable properties, goes through the
-    per-record path). None: when available and the segment is big enough
-    (``fastwalk.use_fast``); never with ``keep_going``, ``crc="flag"`` or ``use_mmap=False``.
+    ``fast``: use the compiled walk (:mod:`rmqdump.fastwalk`) and build the columns from its
+    batches with the compiled renderer (:func:`rmqdump.fastrender.derive`: properties, keys,
+    tags, hosts, msg_id as Arrow offsets + data) and numpy, instead of one Python call per
+    record — same rows (records it cannot derive identically, e.g. IPv6 hosts or undecodable
+    properties, go through the per-record path in their place). Segments of at least
+    ``READ_AHEAD_BYTES`` are walked on a helper thread meanwhile. None: when available and the
+    segment is big enough (``fastwalk.use_fast``); never with ``keep_going``, ``crc="flag"``
+    or ``use_mmap=False``.
     """
     if crc not in CRC_MODES:
         raise ValueError(f"crc must be one of {CRC_MODES}, not {crc!r}")
@@ -456,7 +459,7 @@ def _index_batch(rows: list, split: IndexSplit, name: str, begin: int) -> pa.Rec
     return pa.RecordBatch.from_arrays([pa.array(data[f.name], type=f.type) for f in INDEX_SCHEMA], schema=INDEX_SCHEMA)
 
 
-# --- the vectorised path: compiled walk + numpy/Arrow compute ---------------------------------------
+# --- the vectorised path: compiled walk + compiled column renderer (rmqdump.fastrender) -------------
 
 _V4_ONLY = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
