@@ -464,6 +464,7 @@ class StoreWriter:
         self.queue_offsets = dict(queue_offsets or {})
         self.store_host = store_host
         self._store_addr = _host(store_host)
+        self._store_addr3 = (*self._store_addr, len(self._store_addr[0]) == 4)
         self.clock = clock or (lambda: int(time.time() * 1000))
         self.index_name_clock = index_name_clock or self.clock
         self.delay_levels_ms = delay_levels_ms
@@ -687,6 +688,13 @@ class StoreWriter:
             self._uniq_day, self._uniq_month_start = day, _month_start_ms(day)
         return f"{prefix}{(born_ts - self._uniq_month_start) & 0x7FFFFFFF:08X}{next(self._uniq_counter) & 0xFFFF:04X}"
 
+    def _host_entry(self, text: str) -> tuple[bytes, int, bool]:
+        if len(self._hosts) > 4096:
+            self._hosts.clear()
+        addr, port = _host(text)
+        entry = self._hosts[text] = (addr, port, len(addr) == 4)
+        return entry
+
     def _topic_part(self, topic: str) -> tuple[int, bytes]:
         """(magic, TOPICLENGTH + TOPIC bytes) of a topic (the broker's magic choice)."""
         info = self._topics.get(topic)
@@ -721,7 +729,7 @@ class StoreWriter:
 
     def place(self, spec: MessageSpec) -> tuple:
         """:meth:`append` without building an :class:`Appended`: returns ``(offset, size,
-        queue_offset, uniq_key, store_timestamp, blank_at, (store_addr, store_port), topic,
+        queue_offset, uniq_key, store_timestamp, blank_at, (store_addr, store_port, is_ipv4), topic,
         queue_id)``. The bulk path; same bytes, same checks, same order of errors."""
         if self._failed:
             self._check_usable()
@@ -744,15 +752,22 @@ class StoreWriter:
             kp = None
             if keys:
                 kp = keys if isinstance(keys, str) else " ".join(keys)
-                text = ("KEYS\x01" + kp + "\x02UNIQ_KEY\x01" + uniq) if uniq else "KEYS\x01" + kp
+                if uniq:
+                    text, nparts = "KEYS\x01" + kp + "\x02UNIQ_KEY\x01" + uniq, 2
+                else:
+                    text, nparts = "KEYS\x01" + kp, 1
             elif uniq:
-                text = "UNIQ_KEY\x01" + uniq
+                text, nparts = "UNIQ_KEY\x01" + uniq, 1
             else:
-                text = ""
+                text, nparts = "", 0
             if tags:
-                text = (text + "\x02TAGS\x01" + tags) if text else "TAGS\x01" + tags
-            nparts = bool(keys) + bool(uniq) + bool(tags)
-            if text.count("\x01") == nparts and text.count("\x02") == max(nparts - 1, 0):
+                if nparts:
+                    text += "\x02TAGS\x01" + tags
+                else:
+                    text = "TAGS\x01" + tags
+                nparts += 1
+            # no separator inside a name or value (else properties_bytes raises below)
+            if text.count("\x01") == nparts and text.count("\x02") == (nparts - 1 if nparts else 0):
                 props_raw = text.encode("utf-8")
                 if len(props_raw) > MAX_PROPERTIES_LENGTH:
                     props_raw = None
@@ -790,25 +805,22 @@ class StoreWriter:
                     tags_code = dispatch_tags_code(topic, props, store_ts, self.delay_levels_ms)
                 except ValueError:
                     raise FormatError(f"malformed {PROPERTY_DELAY_TIME_LEVEL} property") from None
-        hosts = self._hosts
+        hosts = self._hosts  # host text -> (address, port, is IPv4)
         born_host = hosts.get(spec.born_host)
         if born_host is None:
-            if len(hosts) > 4096:
-                hosts.clear()
-            born_host = hosts[spec.born_host] = _host(spec.born_host)
+            born_host = self._host_entry(spec.born_host)
         store_host = spec.store_host
         if store_host:
             h = hosts.get(store_host)
-            if h is None:
-                h = hosts[store_host] = _host(store_host)
-            store_host = h
+            store_host = h if h is not None else self._host_entry(store_host)
         else:
-            store_host = self._store_addr
+            store_host = self._store_addr3
         fs = self.file_size
         rec = None
-        if (not spec.compressed_flags and not spec.compression and not spec.extra_sys_flag and not spec.record_crc
-                and spec.magic is None and len(born_host[0]) == 4 and len(store_host[0]) == 4):
-            magic, tpart = self._topic_part(topic)
+        if (born_host[2] and store_host[2] and not spec.compressed_flags and not spec.compression
+                and not spec.extra_sys_flag and not spec.record_crc and spec.magic is None):
+            info = self._topics.get(topic)
+            magic, tpart = info if info is not None else self._topic_part(topic)
             body = spec.body
             blen = len(body)
             total = _V4_OVERHEAD + blen + len(tpart) + len(props_raw)
@@ -859,21 +871,20 @@ class StoreWriter:
                 cq += (phys, total, tags_code, qoff)
                 self._pend_cq_ts.append(store_ts)
             if self.build_index and tran != TRANSACTION_ROLLBACK_TYPE:
-                n = len(self._pend_keys)
                 if uniq is not None:
                     self._pend_keys.append(f"{topic}#{uniq}")
-                if kp:
-                    if " " in kp:
-                        self._pend_keys += [f"{topic}#{k}" for k in kp.split(" ") if k]
-                    else:
-                        self._pend_keys.append(f"{topic}#{kp}")
-                n = len(self._pend_keys) - n
-                if n == 1:
                     self._pend_kphys.append(phys)
                     self._pend_kts.append(store_ts)
-                elif n:
-                    self._pend_kphys += [phys] * n
-                    self._pend_kts += [store_ts] * n
+                if kp:
+                    if " " in kp:
+                        ks = [f"{topic}#{k}" for k in kp.split(" ") if k]
+                        self._pend_keys += ks
+                        self._pend_kphys += [phys] * len(ks)
+                        self._pend_kts += [store_ts] * len(ks)
+                    else:
+                        self._pend_keys.append(f"{topic}#{kp}")
+                        self._pend_kphys.append(phys)
+                        self._pend_kts.append(store_ts)
         return phys, total, qoff, uniq, store_ts, blank_at, store_host, topic, queue_id
 
     # --- dispatch --------------------------------------------------------------------------------
