@@ -117,6 +117,7 @@ def test_scan_filters_on_fixture():
     assert [r["keys"] for r in run("--key", "k2")] == [["k1", "k2", "k3"]]
     assert len(run("--tag", "TagA", "--topic", "TopicTest")) == 15  # 14 + the IPv6-born one
     assert len(run("-n", "3")) == 3
+    assert run("-n", "0") == [] and run("-n", "0", "--topic", "TopicBatch") == []  # printed one record before
     all_rows = run()
     mid = all_rows[10]["store_timestamp"]
     assert all(r["store_timestamp"] >= mid for r in run("--since", str(mid)))

@@ -118,6 +118,8 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
 
     def emit(rec: Message) -> bool:
         """Print one record if it passes the filters; True when --limit is reached."""
+        if limit == 0:
+            return True
         r = resolve(rec) if do_resolve else None
         if not (flt.empty or flt.match(rec)) or (rfilter is not None and not rfilter.match(rec, r)):
             return False
