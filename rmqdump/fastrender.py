@@ -16,10 +16,7 @@ JIT instead; ``RMQDUMP_FAST=0`` disables the fast path (see :func:`rmqdump.fastw
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -65,36 +62,11 @@ def _abi() -> bytes:
                  C_OUT_ENTRIES, C_OUT_KEYS, BLOCK_SIZE, COLUMNS)).encode()
 
 
-def _cpu_signature() -> str:
-    sig = [platform.machine(), platform.processor()]
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(("model name", "flags", "Features", "CPU part")):
-                    sig.append(line.strip())
-                if line.strip() == "":
-                    break
-    except OSError:
-        pass
-    return "\n".join(sig)
-
-
 def library_path() -> Path:
     """The shared library for this machine, kernel source, numba and Python (may not exist yet)."""
-    import importlib.util
+    from .fastwalk import kernel_library_path
 
-    from .fastwalk import cache_dir
-
-    h = hashlib.sha256(_abi())
-    h.update(Path(__file__).resolve().with_name("_jsonkernels.py").read_bytes())
-    for dist in ("numba", "llvmlite"):  # the installed compiler (cheaper than importlib.metadata)
-        spec = importlib.util.find_spec(dist)
-        if spec is not None and spec.origin:
-            st = os.stat(spec.origin)
-            h.update(f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}".encode())
-    h.update(_cpu_signature().encode())
-    h.update((sys.implementation.cache_tag or "").encode())
-    return cache_dir() / f"render-{h.hexdigest()[:24]}.so"
+    return kernel_library_path("render", "_jsonkernels.py", _abi())
 
 
 def library_ready() -> bool:
@@ -106,16 +78,9 @@ def library_ready() -> bool:
 
 
 def _build(path: Path) -> None:
-    import subprocess
-    import tempfile
+    from .fastwalk import build_kernel_library
 
-    with tempfile.TemporaryDirectory(prefix="rmqdump-numba-") as tmp:
-        env = {**os.environ, "NUMBA_CACHE_DIR": tmp}
-        res = subprocess.run([sys.executable, "-m", "rmqdump._jsonkernels", str(path), os.environ.get("CC", "cc")],
-                             capture_output=True, text=True, env=env, timeout=1800)
-    if res.returncode != 0 or not path.exists():
-        lines = res.stderr.strip().splitlines()
-        raise RuntimeError(f"building {path.name} failed: {lines[-1] if lines else res.returncode}")
+    build_kernel_library("rmqdump._jsonkernels", path)
 
 
 class _Backend:

@@ -176,21 +176,34 @@ def _abi() -> bytes:
                  V_COLUMNS, V_OUT_CODE, V_BLOCK_SIZE)).encode()
 
 
+def _toolchain_signature() -> str:
+    """The installed compiler (numba, llvmlite) by file identity: cheaper than importlib.metadata."""
+    import importlib.util
+
+    out = []
+    for dist in ("numba", "llvmlite"):
+        spec = importlib.util.find_spec(dist)
+        if spec is not None and spec.origin:
+            st = os.stat(spec.origin)
+            out.append(f"{spec.origin}:{st.st_size}:{st.st_mtime_ns}")
+    return "\n".join(out)
+
+
+def kernel_library_path(prefix: str, source: str, abi: bytes, extra: str = "") -> Path:
+    """Where the shared library built from ``rmqdump/<source>`` lives: keyed by its ABI, source,
+    compiler, CPU and Python (may not exist yet)."""
+    h = hashlib.sha256(abi)
+    h.update(Path(__file__).resolve().with_name(source).read_bytes())
+    h.update(_toolchain_signature().encode())
+    h.update(_cpu_signature().encode())
+    h.update((sys.implementation.cache_tag or "").encode())
+    h.update(extra.encode())
+    return cache_dir() / f"{prefix}-{h.hexdigest()[:24]}.so"
+
+
 def library_path() -> Path:
     """The shared library of kernels for this machine, kernel source, numba and Python (may not exist yet)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    h = hashlib.sha256(_abi())
-    h.update(Path(__file__).resolve().with_name("_fastkernels.py").read_bytes())
-    for dist in ("numba", "llvmlite"):
-        try:
-            h.update(version(dist).encode())
-        except PackageNotFoundError:
-            pass
-    h.update(_cpu_signature().encode())
-    h.update(sys.implementation.cache_tag.encode() if sys.implementation.cache_tag else b"")
-    h.update(os.environ.get("RMQDUMP_CRC", "").lower().encode())
-    return cache_dir() / f"fastkernels-{h.hexdigest()[:24]}.so"
+    return kernel_library_path("fastkernels", "_fastkernels.py", _abi(), os.environ.get("RMQDUMP_CRC", "").lower())
 
 
 def library_ready() -> bool:
@@ -202,19 +215,24 @@ def library_ready() -> bool:
         return False
 
 
-def build_library(path: Path) -> None:
-    """Build the kernels' shared library at ``path`` in a child process (numba compiles from an
-    empty scratch cache there, so this process never imports numba). Raises on failure."""
+def build_kernel_library(module: str, path: Path) -> None:
+    """Build ``python -m <module> <path> <cc>`` in a child process (numba compiles from an empty
+    scratch cache there, so this process never imports numba). Raises on failure."""
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="rmqdump-numba-") as tmp:
         env = {**os.environ, "NUMBA_CACHE_DIR": tmp}
-        res = subprocess.run([sys.executable, "-m", "rmqdump._fastkernels", str(path), os.environ.get("CC", "cc")],
+        res = subprocess.run([sys.executable, "-m", module, str(path), os.environ.get("CC", "cc")],
                              capture_output=True, text=True, env=env, timeout=1800)
     if res.returncode != 0 or not path.exists():
         lines = res.stderr.strip().splitlines()
         raise RuntimeError(f"building {path.name} failed: {lines[-1] if lines else res.returncode}")
+
+
+def build_library(path: Path) -> None:
+    """Build the walk/verify kernels' shared library at ``path``."""
+    build_kernel_library("rmqdump._fastkernels", path)
 
 
 def _load_library(path: Path) -> Backend:
