@@ -112,9 +112,15 @@ def test_export_parity_with_scan(spark, tmp_path):
     from rmqdump.spark import jobs
 
     paths = [str(real_store(n)) for n in STORES]
-    res = jobs.export(spark, paths, tmp_path / "flat", include_body=True)
+    warm = jobs.warm_workers(spark)
+    assert 1 <= len(warm) <= 2
+    tasks: list[dict] = []
+    res = jobs.export(spark, paths, tmp_path / "flat", include_body=True, task_stats=tasks)
     rows = read_export(tmp_path / "flat")
     assert res.rows == len(rows)
+    assert len(tasks) == res.segments >= 2 and sum(t["rows"] for t in tasks) == res.rows
+    assert {t["threads"] for t in tasks} == {1}  # local[2], >= 2 segments: one busy thread per task
+    assert {t["pid"] for t in tasks} <= set(warm)  # the warmed-up workers were reused
     for name, path in zip(STORES, paths, strict=True):
         mine = [as_scan(r) for r in rows if r["store"] == path]
         assert mine == scan_rows(Path(path)), name

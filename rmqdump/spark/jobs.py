@@ -137,17 +137,39 @@ def records(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], **opt
 # --- export -------------------------------------------------------------------------------------
 
 
+def task_threads(spare: int = 1) -> int:
+    """Threads a task may keep busy: its Spark CPU allotment (``spark.task.cpus``, 1 by default),
+    or ``spare`` when the job has fewer tasks than the cluster has cores (see :func:`export`)."""
+    try:
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        cpus = tc.cpus() if tc is not None else 1
+    except Exception:  # not inside a Spark task
+        cpus = 1
+    return max(1, cpus, spare)
+
+
 def _export_task(out: str, fmt: str, partition_by: tuple[str, ...], compression: str, read_options: dict,
-                 splits: Iterator[rarrow.SegmentSplit]) -> Iterator[tuple]:
-    """Executor side: write each split's rows under ``out``; yield (index, rows, reports, files) or an error."""
+                 spare: int, splits: Iterator[rarrow.SegmentSplit]) -> Iterator[tuple]:
+    """Executor side: write each split's rows under ``out``; yield (ok, index, rows, reports, files, timing)
+    or (error, index, message).
+
+    Parquet row groups are encoded on a second thread only when the task may use two cores: with
+    one core per task (``local[N]`` with at least N segments) a second busy thread per task only
+    oversubscribes the cores the other tasks were given.
+    """
     ext = "parquet" if fmt == "parquet" else "jsonl"
+    background = task_threads(spare) >= 2
     for split in splits:
+        w0, c0 = time.perf_counter(), time.process_time()
         prefix = f"part-{split.index:05d}"
         if partition_by:
-            writer = DatasetWriter(out, fmt, partition_by, prefix=prefix, compression=compression)
+            writer = DatasetWriter(out, fmt, partition_by, prefix=prefix, compression=compression,
+                                   background=background)
         else:
             writer = DatasetWriter(Path(out) / f"{prefix}-{split.name}.{ext}", fmt, compression=compression,
-                                   write_empty=False)
+                                   write_empty=False, background=background)
         result = ExportResult()
         try:
             write_splits([split], writer, result, **read_options)
@@ -156,13 +178,38 @@ def _export_task(out: str, fmt: str, partition_by: tuple[str, ...], compression:
             writer.abort()
             yield ("error", split.index, f"{split.path}: {e}")
             continue
-        yield ("ok", split.index, result.rows, result.reports, files)
+        timing = {"index": split.index, "segment": split.path, "rows": result.rows, "bytes": split.size,
+                  "seconds": time.perf_counter() - w0, "cpu_seconds": time.process_time() - c0,
+                  "threads": 2 if background else 1, "pid": os.getpid()}
+        yield ("ok", split.index, result.rows, result.reports, files, timing)
+
+
+def _prepare_kernels(spark, splits: Sequence[rarrow.SegmentSplit]) -> None:
+    """Local masters: build missing compiled kernel libraries once, here, before the tasks start.
+
+    The libraries are cached per machine; without this every Python worker of a ``local[N]``
+    session that finds them missing compiles the same library at the same time (N x 10-30 s
+    of CPU on the cores the tasks need). Best effort: a worker still builds or falls back itself.
+    """
+    if not spark.sparkContext.master.startswith("local") or os.environ.get("RMQDUMP_FAST_LIBRARY", "1") == "0":
+        return
+    try:
+        from .. import fastrender, fastwalk
+
+        if not any(fastwalk.use_fast(s.size) for s in splits):
+            return
+        if not fastwalk.library_ready():
+            fastwalk.build_library(fastwalk.library_path())
+        if not fastrender.library_ready():
+            fastrender.backend()
+    except Exception:  # no numba, no compiler, read-only cache: the workers decide for themselves
+        pass
 
 
 def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
            partition_by: str | Sequence[str] = (), fmt: str = "parquet", compression: str = "zstd",
            batch_size: int = rarrow.DEFAULT_BATCH_SIZE, progress: Progress | None = None,
-           **read_options) -> ExportResult:
+           task_stats: list[dict] | None = None, **read_options) -> ExportResult:
     """Export every segment of every store to ``out`` (a new or empty directory), one task per segment.
 
     Output: ``part-<split>-<segment>.parquet`` files, or with ``partition_by`` the same Hive
@@ -170,29 +217,70 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
     ``read_options``: those of :func:`rmqdump.arrow.read_split` (``include_body``,
     ``decompress``, ``flt``, ``crc``, ``keep_going``, ``use_mmap``, ``max_record_size``).
     Executors must see the stores and ``out`` at the same paths (local disk, NFS, ...).
+    ``task_stats``: a list that receives one dict per segment task (rows, bytes, seconds,
+    cpu_seconds of the Python worker, threads, pid), in segment order.
+
+    Each task keeps one core busy (``spark.task.cpus`` more if set); when there are fewer
+    segments than the session has cores, each task also encodes Parquet on a second thread.
     """
     cols = parse_partition_by(partition_by)
     stores = _as_list(paths)
     splits = rarrow.segment_splits(stores)
     target = prepare_output(out, partitioned=True)
-    task = functools.partial(_export_task, str(target.resolve()), fmt, cols, compression,
-                             {"batch_size": batch_size, **read_options})
     result = ExportResult()
     if splits:
+        spare = min(2, spark.sparkContext.defaultParallelism // len(splits))
+        task = functools.partial(_export_task, str(target.resolve()), fmt, cols, compression,
+                                 {"batch_size": batch_size, **read_options}, spare)
+        _prepare_kernels(spark, splits)
         with track(spark, f"rmqdump export of {len(stores)} store(s)", progress):
             outcomes = _parallelize(spark, splits).mapPartitions(task).collect()
         errors = [o for o in outcomes if o[0] == "error"]
         if errors:
             raise RmqdumpError(f"export failed for {len(errors)} segment(s); first: {errors[0][2]}")
-        for _, _index, rows, reports, files in sorted(outcomes, key=lambda o: o[1]):
+        for _, _index, rows, reports, files, timing in sorted(outcomes, key=lambda o: o[1]):
             result.rows += rows
             result.reports.extend(reports)
             result.files.extend(files)
+            if task_stats is not None:
+                task_stats.append(timing)
     result.segments = len(splits)
     result.input_bytes = sum(s.size for s in splits)
     _remove_leftovers(target)
     (target / "_SUCCESS").touch()
     return result
+
+
+def _warm_task(items: Iterator) -> Iterator[int]:
+    """Executor side: import the export path and load built kernel libraries (never build them)."""
+    import pyarrow.parquet  # noqa: F401
+
+    for _ in items:  # a worker whose input is not read to the end is not reused
+        pass
+
+    try:
+        from .. import fastrender, fastwalk
+
+        if fastwalk.fast_available() and fastwalk.library_ready():
+            fastwalk.backend()
+            if fastrender.library_ready():
+                fastrender.backend()
+    except Exception:  # the first export task loads (or builds) them itself
+        pass
+    yield os.getpid()
+
+
+def warm_workers(spark) -> list[int]:
+    """Start a Python worker on every task slot now (one tiny task each) and import the export
+    path there, so that the next job does not pay for it (with ``spark.python.worker.reuse``).
+
+    For benchmarks and long-lived sessions: a one-job CLI run gains nothing from it. Returns the
+    process ids of the workers that answered (on a local master: the ones the next job reuses).
+    """
+    n = max(1, spark.sparkContext.defaultParallelism)
+    with spark_errors():
+        pids = _parallelize(spark, list(range(n)), n).mapPartitions(_warm_task).collect()
+    return sorted(set(pids))
 
 
 def _remove_leftovers(root: Path) -> None:
@@ -208,13 +296,15 @@ def _remove_leftovers(root: Path) -> None:
 
 def export_throughput(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike,
                       **options) -> dict:
-    """Run :func:`export` on this session and time it (for bench/): rows, bytes, seconds, rows/s, MB/s."""
+    """Run :func:`export` on this session and time it (for bench/): rows, bytes, seconds, rows/s, MB/s,
+    and ``tasks`` (per-segment timings from the workers, see ``task_stats``)."""
+    tasks: list[dict] = []
     t0 = time.perf_counter()
-    res = export(spark, paths, out, **options)
+    res = export(spark, paths, out, task_stats=tasks, **options)
     dt = time.perf_counter() - t0
     return {"engine": f"spark {spark.sparkContext.master}", "rows": res.rows, "input_bytes": res.input_bytes,
             "output_bytes": res.output_bytes, "seconds": dt, "rows_per_s": res.rows / dt if dt else 0.0,
-            "mb_per_s": res.input_bytes / dt / 1e6 if dt else 0.0}
+            "mb_per_s": res.input_bytes / dt / 1e6 if dt else 0.0, "tasks": tasks}
 
 
 def export_throughput_in_subprocess(master: str, paths: str | os.PathLike | Sequence[str | os.PathLike],
