@@ -157,7 +157,8 @@ def _export_task(out: str, fmt: str, partition_by: tuple[str, ...], compression:
 
     Parquet row groups are encoded on a second thread only when the task may use two cores: with
     one core per task (``local[N]`` with at least N segments) a second busy thread per task only
-    oversubscribes the cores the other tasks were given.
+    oversubscribes the cores the other tasks were given. (:func:`rmqdump.arrow.read_split`'s
+    walk-ahead thread is its own choice, made from the worker's CPU affinity.)
     """
     ext = "parquet" if fmt == "parquet" else "jsonl"
     background = task_threads(spare) >= 2
