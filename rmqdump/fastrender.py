@@ -78,9 +78,11 @@ def library_ready() -> bool:
 
 
 def _build(path: Path) -> None:
-    from .fastwalk import build_kernel_library
+    from .fastwalk import build_kernel_library, build_lock
 
-    build_kernel_library("rmqdump._jsonkernels", path)
+    with build_lock():
+        if not path.exists():  # another process may have built it meanwhile
+            build_kernel_library("rmqdump._jsonkernels", path)
 
 
 class _Backend:

@@ -29,6 +29,7 @@ the cache (default ``$XDG_CACHE_HOME/rmqdump`` or ``~/.cache/rmqdump``); ``CC`` 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
@@ -215,6 +216,22 @@ def library_ready() -> bool:
         return False
 
 
+@contextlib.contextmanager
+def build_lock():
+    """An fcntl lock on ``cache_dir()/build.lock``: one process builds a kernel library at a time
+    (concurrent CLI runs or Spark workers would otherwise each compile it)."""
+    import fcntl
+
+    d = cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(d / "build.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def build_kernel_library(module: str, path: Path) -> None:
     """Build ``python -m <module> <path> <cc>`` in a child process (numba compiles from an empty
     scratch cache there, so this process never imports numba). Raises on failure."""
@@ -286,7 +303,9 @@ def backend() -> Backend:
             try:
                 path = library_path()
                 if not path.exists():
-                    build_library(path)
+                    with build_lock():
+                        if not path.exists():  # another process may have built it meanwhile
+                            build_library(path)
                 _backend = _load_library(path)
                 return _backend
             except Exception as e:  # no compiler, read-only cache, foreign platform: JIT instead
@@ -854,11 +873,17 @@ def verify_segments(segments: Sequence[Segment], *, jobs: int = 1, check_crc: bo
 
 
 def default_jobs() -> int:
-    """CPUs this process may use."""
+    """CPUs this process may use: its CPU affinity, capped by ``$OMP_NUM_THREADS`` (which Spark
+    sets to a task's ``spark.task.cpus``, so a task's threads keep to its share)."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    try:
+        cap = int(os.environ.get("OMP_NUM_THREADS", "0"))
+    except ValueError:
+        cap = 0
+    return max(1, min(n, cap) if cap > 0 else n)
 
 
 def parallel_segment_map(func: Callable[[Segment], Any], segments: Iterable[Segment], jobs: int | None = None, *,

@@ -439,7 +439,7 @@ def test_library_builds_from_scratch(tmp_path):
                          text=True, env=env, timeout=1800)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("shared library") and res.stdout.split()[-1] == "False", res.stdout
-    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".so"]
+    assert sorted(p.name.rsplit(".", 1)[-1] for p in (tmp_path / "cache").iterdir()) == ["lock", "so"]
 
 
 def test_numba_jit_backend_is_identical():
@@ -457,3 +457,17 @@ def test_use_fast_environment_override(monkeypatch):
     assert fastwalk.use_fast(10)
     monkeypatch.delenv("RMQDUMP_FAST")
     assert fastwalk.use_fast(fastwalk.FAST_THRESHOLD) and not fastwalk.use_fast(fastwalk.FAST_THRESHOLD - 1)
+
+
+def test_default_jobs_keeps_to_a_spark_tasks_share(monkeypatch):
+    """Spark sets OMP_NUM_THREADS to a task's CPUs: rmqdump's threads (export read-ahead, verify)
+    must not use more, or two tasks on two cores run four busy threads."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    cpus = fastwalk.default_jobs()
+    assert cpus == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert fastwalk.default_jobs() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "64")
+    assert fastwalk.default_jobs() == cpus
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")
+    assert fastwalk.default_jobs() == cpus

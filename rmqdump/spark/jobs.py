@@ -200,7 +200,9 @@ def _prepare_kernels(spark, splits: Sequence[rarrow.SegmentSplit]) -> None:
         if not any(fastwalk.use_fast(s.size) for s in splits):
             return
         if not fastwalk.library_ready():
-            fastwalk.build_library(fastwalk.library_path())
+            with fastwalk.build_lock():
+                if not fastwalk.library_ready():
+                    fastwalk.build_library(fastwalk.library_path())
         if not fastrender.library_ready():
             fastrender.backend()
     except Exception:  # no numba, no compiler, read-only cache: the workers decide for themselves
