@@ -12,11 +12,8 @@ so that its stop verdict (position + kind) is the pure decoder's. The body CRC i
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
-import subprocess
-import tempfile
 
 import numba
 import numpy as np
@@ -803,74 +800,12 @@ ENTRY_POINTS = {"rmqdump_walk": walk_c, "rmqdump_crc32": crc32_c, "rmqdump_info"
 # numba runtime helpers the cfunc wrappers reference on their error paths. The kernels never
 # take those paths (no allocation, no exceptions), but a shared library must resolve every
 # symbol: these stand-ins (which abort) make a library that loads without numba.
-_KNOWN_HELPERS = ("NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise", "numba_gil_ensure", "numba_gil_release",
-                  "numba_runtime_build_excinfo_struct", "numba_unpickle")
-
-
-def _stub_source(names) -> str:
-    return "#include <stdlib.h>\n" + "".join(f"void {n}(void) {{ abort(); }}\n" for n in sorted(set(names)))
-
-
 def build_shared_library(path: str, cc: str = "cc") -> None:
-    """Compile the entry points into one position-independent object and link ``path`` with the
-    system C compiler (stand-ins for numba's runtime helpers included). Raises on failure.
+    """Link the entry points into ``path`` (see :mod:`rmqdump._kernellink`; run with an empty numba
+    cache, as :func:`rmqdump.fastwalk.backend` does)."""
+    from ._kernellink import link_shared_library
 
-    Needs freshly compiled code (LLVM IR): run it in a process whose numba cache is empty
-    (``python -m rmqdump._fastkernels PATH`` with a scratch ``NUMBA_CACHE_DIR``, as
-    :func:`rmqdump.fastwalk.backend` does).
-    """
-    from llvmlite import binding as ll
-
-    modules = []
-    for export, fn in ENTRY_POINTS.items():
-        mod = ll.parse_assembly(str(fn._library._final_module))
-        target = mod.get_function(fn.native_name)
-        if target.is_declaration:
-            raise RuntimeError(f"{export}: compiled code came from numba's cache; build with an empty cache")
-        target.name = export
-        modules.append(mod)
-    main = modules[0]
-    for m in modules[1:]:
-        main.link_in(m)
-    for f in main.functions:  # everything must be defined here: no code may live in numba's cache
-        if f.is_declaration and f.name.startswith("_ZN"):
-            raise RuntimeError(f"{f.name} is not defined in the module (loaded from numba's cache)")
-    target = ll.Target.from_triple(ll.get_process_triple())
-    tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
-                                      opt=3, reloc="pic", codemodel="default")
-    main.triple = tm.triple
-    obj = tm.emit_object(main)
-    with tempfile.TemporaryDirectory(prefix="rmqdump-build-") as tmp:
-        o = os.path.join(tmp, "kernels.o")
-        with open(o, "wb") as f:
-            f.write(obj)
-        names = list(_KNOWN_HELPERS)
-        try:
-            nm = subprocess.run(["nm", "-u", o], capture_output=True, text=True, timeout=60)
-            names += [ln.split()[-1] for ln in nm.stdout.splitlines() if ln.split()[-1:] and
-                      ln.split()[-1].startswith(("numba_", "NRT_"))]
-        except OSError:
-            pass
-        stubs = os.path.join(tmp, "stubs.c")
-        with open(stubs, "w") as f:
-            f.write(_stub_source(names))
-        out = os.path.join(tmp, "kernels.so")
-        res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", out, o, stubs], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise OSError(f"linking the fast kernels failed: {res.stderr.strip()[:500]}")
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd, tmp_out = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".kernels-", suffix=".so")
-        os.close(fd)
-        with open(out, "rb") as src, open(tmp_out, "wb") as dst:
-            dst.write(src.read())
-        os.chmod(tmp_out, 0o755)
-        os.replace(tmp_out, path)
-
-
-def source_digest() -> str:
-    """Digest of this file (part of the shared library's cache key)."""
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    link_shared_library(ENTRY_POINTS, path, cc, "kernels")
 
 
 if __name__ == "__main__":  # python -m rmqdump._fastkernels OUTPUT.so [CC]

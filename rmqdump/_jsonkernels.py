@@ -18,10 +18,6 @@ OUT.so [CC]``), or numba's JIT cache when no C compiler links one.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
-
 import numpy as np
 from llvmlite import ir
 from numba import carray, cfunc, njit, types
@@ -954,59 +950,12 @@ def info_c(a):
 
 
 ENTRY_POINTS = {"rmqdump_jsonl": jsonl_c, "rmqdump_columns": columns_c, "rmqdump_render_info": info_c}
-_KNOWN_HELPERS = ("NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise", "numba_gil_ensure", "numba_gil_release",
-                  "numba_runtime_build_excinfo_struct", "numba_unpickle")
-
-
 def build_shared_library(path: str, cc: str = "cc") -> None:
-    """Compile the entry points into one object and link ``path`` with the C compiler (stand-ins for
-    numba's runtime helpers, which the kernels never call). Run with an empty numba cache."""
-    from llvmlite import binding as ll
+    """Link the entry points into ``path`` (see :mod:`rmqdump._kernellink`; run with an empty numba
+    cache, as :func:`rmqdump.fastwalk.backend` does)."""
+    from ._kernellink import link_shared_library
 
-    modules = []
-    for export, fn in ENTRY_POINTS.items():
-        mod = ll.parse_assembly(str(fn._library._final_module))
-        target = mod.get_function(fn.native_name)
-        if target.is_declaration:
-            raise RuntimeError(f"{export}: compiled code came from numba's cache; build with an empty cache")
-        target.name = export
-        modules.append(mod)
-    main = modules[0]
-    for m in modules[1:]:
-        main.link_in(m)
-    for f in main.functions:
-        if f.is_declaration and f.name.startswith("_ZN"):
-            raise RuntimeError(f"{f.name} is not defined in the module (loaded from numba's cache)")
-    target = ll.Target.from_triple(ll.get_process_triple())
-    tm = target.create_target_machine(cpu=ll.get_host_cpu_name(), features=ll.get_host_cpu_features().flatten(),
-                                      opt=3, reloc="pic", codemodel="default")
-    main.triple = tm.triple
-    obj = tm.emit_object(main)
-    with tempfile.TemporaryDirectory(prefix="rmqdump-build-") as tmp:
-        o = os.path.join(tmp, "render.o")
-        with open(o, "wb") as f:
-            f.write(obj)
-        names = list(_KNOWN_HELPERS)
-        try:
-            nm = subprocess.run(["nm", "-u", o], capture_output=True, text=True, timeout=60)
-            names += [ln.split()[-1] for ln in nm.stdout.splitlines()
-                      if ln.split()[-1:] and ln.split()[-1].startswith(("numba_", "NRT_"))]
-        except OSError:
-            pass
-        stubs = os.path.join(tmp, "stubs.c")
-        with open(stubs, "w") as f:
-            f.write("#include <stdlib.h>\n" + "".join(f"void {x}(void) {{ abort(); }}\n" for x in sorted(set(names))))
-        out = os.path.join(tmp, "render.so")
-        res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", out, o, stubs], capture_output=True, text=True)
-        if res.returncode != 0:
-            raise OSError(f"linking the render kernels failed: {res.stderr.strip()[:500]}")
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        fd, tmp_out = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=".render-", suffix=".so")
-        os.close(fd)
-        with open(out, "rb") as src, open(tmp_out, "wb") as dst:
-            dst.write(src.read())
-        os.chmod(tmp_out, 0o755)
-        os.replace(tmp_out, path)
+    link_shared_library(ENTRY_POINTS, path, cc, "render")
 
 
 if __name__ == "__main__":  # python -m rmqdump._jsonkernels OUTPUT.so [CC]
