@@ -314,6 +314,20 @@ class BrokerWalk:
     stop: Invalid | None = None
     notes: list[str] = field(default_factory=list)
 
+    def halt(self, seg: Segment, pos: int, why: str, size: int = -1) -> BrokerWalk:
+        """End the walk at ``pos`` of ``seg`` (the commitlog end after recovery) for one of the
+        ``STOP_*`` reasons; returns self."""
+        kind = {STOP_V2_ON_49: BAD_MAGIC, STOP_NO_BLANK: TRUNCATED, STOP_LAST_BLANK: END_OF_DATA}[why]
+        self.process_offset = seg.start + pos
+        self.stop = Invalid(seg.start + pos, seg.name, pos, kind, why, size)
+        return self
+
+
+#: why a recovery walk ends without damage (BrokerWalk.halt)
+STOP_V2_ON_49 = "V2 magic 0xDAA320AB is unknown to a 4.x broker (illegal magic code)"
+STOP_NO_BLANK = "the file ends right after a record, without a BLANK: the walk stops here"
+STOP_LAST_BLANK = "BLANK in the last file"
+
 
 def broker_verdict(rec: Message | Blank | Invalid, version: str = VERSION_49, blank_overruns: bool = False) -> str:
     """How ``checkMessageAndReturnSize`` judges a decoded position: ``record``, ``blank`` or ``fail``.
@@ -349,10 +363,7 @@ def broker_walk(cl: CommitLog, start_index: int, *, version: str = VERSION_49, c
             while True:
                 if pos >= size:
                     # a record ended exactly at the end of the file: reading the next size underflows
-                    w.process_offset = seg.start + pos
-                    w.stop = Invalid(seg.start + pos, seg.name, pos, TRUNCATED,
-                                     "the file ends right after a record, without a BLANK: the walk stops here")
-                    return w
+                    return w.halt(seg, pos, STOP_NO_BLANK)
                 rec = read_record(r, pos, check_crc=check_crc, read_body=False,
                                   max_record_size=BROKER_MAX_RECORD_SIZE)
                 overruns = False
@@ -371,17 +382,13 @@ def broker_walk(cl: CommitLog, start_index: int, *, version: str = VERSION_49, c
                         w.notes.append(f"BLANK at {rec.offset} accepted although {rec.detail}")
                     break
                 if isinstance(rec, Message):  # V2 magic on a 4.9 broker
-                    rec = Invalid(rec.offset, rec.file, rec.file_pos, BAD_MAGIC,
-                                  "V2 magic 0xDAA320AB is unknown to a 4.x broker (illegal magic code)", rec.size)
+                    return w.halt(seg, pos, STOP_V2_ON_49, rec.size)
                 w.process_offset = seg.start + pos
                 w.stop = rec
                 return w
         index += 1
         if index >= len(segs):
-            # BLANK in the last file: processOffset stays at the BLANK's position
-            w.process_offset = seg.start + pos
-            w.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, "BLANK in the last file")
-            return w
+            return w.halt(seg, pos, STOP_LAST_BLANK)  # processOffset stays at the BLANK's position
 
 
 # --- consequences ---------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .. import fastwalk as fw
 from ..commitlog import CommitLog, read_record
 from ..errors import StoreError
 from ..format import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
-from ..record import BAD_MAGIC, BODY_CRC, END_OF_DATA, Invalid, Message
+from ..record import BODY_CRC, END_OF_DATA, Invalid, Message
 from ..segment import Segment
 from .records import (
     RecordChecker,
@@ -484,20 +484,12 @@ def broker_walk_fast(cl: CommitLog, start_index: int, *, version: str = "4.9", c
                 w.records += records
                 w.last_record_offset, w.last_store_timestamp = last
             if v2 is not None and version == R.VERSION_49:
-                w.process_offset = seg.start + vpos
-                w.stop = Invalid(seg.start + vpos, seg.name, vpos, BAD_MAGIC,
-                                 "V2 magic 0xDAA320AB is unknown to a 4.x broker (illegal magic code)", vsize)
-                return w
+                return w.halt(seg, vpos, R.STOP_V2_ON_49, vsize)
             if kind == "end":
-                w.process_offset = seg.start + pos
-                w.stop = Invalid(seg.start + pos, seg.name, pos, R.TRUNCATED,
-                                 "the file ends right after a record, without a BLANK: the walk stops here")
-                return w
+                return w.halt(seg, pos, R.STOP_NO_BLANK)
             index += 1
             if index >= len(segs):
-                w.process_offset = seg.start + pos
-                w.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, "BLANK in the last file")
-                return w
+                return w.halt(seg, pos, R.STOP_LAST_BLANK)
             continue
         try:
             fsw = fw.FastSegmentWalk(segment=seg, check_crc=check_crc, max_record_size=R.BROKER_MAX_RECORD_SIZE)
@@ -516,19 +508,11 @@ def broker_walk_fast(cl: CommitLog, start_index: int, *, version: str = "4.9", c
                     w.last_record_offset = seg.start + int(b["file_pos"][k - 1])
                     w.last_store_timestamp = int(b["store_timestamp"][k - 1])
                 if k < b.n:  # V2 magic on a 4.9 broker
-                    pos = int(b["file_pos"][k])
-                    w.process_offset = seg.start + pos
-                    w.stop = Invalid(seg.start + pos, seg.name, pos, BAD_MAGIC,
-                                     "V2 magic 0xDAA320AB is unknown to a 4.x broker (illegal magic code)",
-                                     int(b["size"][k]))
-                    return w
+                    return w.halt(seg, int(b["file_pos"][k]), R.STOP_V2_ON_49, int(b["size"][k]))
             st = fsw.stop
             pos = st.pos
             if st.kind == "end":
-                w.process_offset = seg.start + pos
-                w.stop = Invalid(seg.start + pos, seg.name, pos, R.TRUNCATED,
-                                 "the file ends right after a record, without a BLANK: the walk stops here")
-                return w
+                return w.halt(seg, pos, R.STOP_NO_BLANK)
             if st.kind != "blank":
                 rec = st.invalid
                 overruns = False
@@ -541,8 +525,7 @@ def broker_walk_fast(cl: CommitLog, start_index: int, *, version: str = "4.9", c
                 w.notes.append(f"BLANK at {rec.offset} accepted although {rec.detail}")
         index += 1
         if index >= len(segs):
-            w.process_offset = seg.start + pos
-            w.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, "BLANK in the last file")
+            return w.halt(seg, pos, R.STOP_LAST_BLANK)
             return w
 
 
