@@ -55,6 +55,7 @@ from .store import Store
 VERSION_49 = "4.9"
 VERSION_53 = "5.3"
 VERSIONS = (VERSION_49, VERSION_53)
+VERSION_AUTO = "auto"  # verify: 4.9 unless the store holds records only 5.x writes
 
 MODE_NORMAL = "normal"
 MODE_ABNORMAL = "abnormal"

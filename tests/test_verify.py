@@ -433,3 +433,21 @@ def test_every_emitted_kind_is_documented():
     undocumented = sorted(k for k in kinds if f"``{k}``" not in V.__doc__)
     assert undocumented == []
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", k) for k in kinds)
+
+
+def test_broker_version_auto_detects_a_5x_store():
+    """fixtures/store-5x holds a V2-magic record (a topic > 127 bytes), which only a 5.x broker writes:
+    the default model is then 5.3 (clean), while --broker-version 4.9 predicts the truncation a 4.x
+    broker would do; a 4.9-faithful store stays on the 4.9 model."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    auto = verify_store(fixtures / "store-5x")
+    assert auto.to_dict()["summary"]["broker_model"] == "5.3"
+    assert "V2-magic record at 1434" in auto.to_dict()["summary"]["broker_model_reason"]
+    assert [f for f in auto.findings if f.severity == ERROR] == []
+    forced = verify_store(fixtures / "store-5x", version="4.9")
+    assert forced.recovery.max_offset == 1434
+    assert "recovery_truncates" in {f.kind for f in forced.findings if f.severity == ERROR}
+    res = CliRunner().invoke(cli, ["verify", str(fixtures / "store"), "-f", "json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["summary"]["broker_model"] == "4.9"
+    res = CliRunner().invoke(cli, ["verify", str(fixtures / "store-5x"), "-f", "json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["summary"]["broker_model"] == "5.3"

@@ -235,8 +235,8 @@ def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, 
 @stores_argument
 @click.option("--keep-going", is_flag=True,
               help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it.")
-@click.option("--broker-version", type=click.Choice(("4.9", "5.3")), default="4.9", show_default=True,
-              help="Recovery model: 4.9.x, or 5.3 (5.3.2-5.3.3 rules where they differ).")
+@click.option("--broker-version", type=click.Choice(("auto", "4.9", "5.3")), default="auto", show_default=True,
+              help="Recovery model: 4.9.x, 5.3 (5.3.2-5.3.3 rules where they differ), or auto (5.3 when a store holds V2-magic records, which only 5.x writes).")
 @click.option("--commitlog-only", is_flag=True, help="Skip consume-queue, index, checkpoint, config and lock checks.")
 @click.option("--delay-levels", default=None, metavar="SPEC",
               help='Broker messageDelayLevel, e.g. "1s 5s 10s" (for SCHEDULE_TOPIC_XXXX tagsCode checks).')

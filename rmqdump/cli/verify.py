@@ -27,8 +27,9 @@ _TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
 @click.argument("path", type=click.Path(exists=True, path_type=str), metavar="PATH")
 @click.option("--keep-going", is_flag=True,
               help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it.")
-@click.option("--broker-version", type=click.Choice(VERSIONS), default="4.9", show_default=True,
-              help="Recovery model: 4.9.x, or 5.3 (5.3.2-5.3.3 rules where they differ).")
+@click.option("--broker-version", type=click.Choice(("auto", *VERSIONS)), default="auto", show_default=True,
+              help="Recovery model: 4.9.x, 5.3 (5.3.2-5.3.3 rules where they differ), or auto: 4.9 unless the "
+                   "store holds V2-magic records, which only 5.x writes.")
 @click.option("--commitlog-only", is_flag=True,
               help="Skip consume-queue, index, checkpoint, config and lock checks.")
 @click.option("--delay-levels", default=None, metavar="SPEC",
@@ -120,6 +121,8 @@ def render_report(console: Console, doc: dict) -> None:
         t = Table(show_header=False, box=None, pad_edge=False)
         t.add_column(style="dim", no_wrap=True)
         t.add_column()
+        if s.get("broker_model_reason"):
+            t.add_row("model", _t(s["broker_model_reason"]))
         t.add_row("mode", _t(f"{rec['mode']} — {rec['reason']}"))
         stop = rec.get("stop") or {}
         t.add_row("walk", _t(f"from {rec['start_file']} ({rec['records_walked']} records accepted); stops at "

@@ -343,7 +343,7 @@ def export_throughput_in_subprocess(master: str, paths: str | os.PathLike | Sequ
 
 
 def verify(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, keep_going: bool = False,
-           check_crc: bool = True, use_mmap: bool = True, max_record_size: int | None = None, version: str = "4.9",
+           check_crc: bool = True, use_mmap: bool = True, max_record_size: int | None = None, version: str = "auto",
            store_checks: bool = True, delay_levels_ms: list[int] | None = None, list_limit: int = 10000,
            max_findings_per_kind: int = 1000, progress: Progress | None = None) -> list:
     """``rmqdump verify`` of every store: a :class:`rmqdump.spark.verify.StoreVerdict` per store, in order.

@@ -49,7 +49,7 @@ class VerifyOptions:
     check_crc: bool = True
     use_mmap: bool = True
     max_record_size: int = MAX_RECORD_SIZE
-    version: str = "4.9"
+    version: str = "auto"
     store_checks: bool = True
     delay_levels_ms: list[int] | None = None
     list_limit: int = 10000

@@ -88,7 +88,7 @@ The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
   ``segments``   per-segment statistics; ``index_files`` per-index-file headers
   ``summary``    ``{status, errors, warnings, infos, by_kind, segments, records, blanks, record_bytes,
                  valid_end, first_damage, consume_queues, cq_records_checked, index_files, predicted_mode,
-                 predicted_max_offset, keep_going, broker_model}``
+                 predicted_max_offset, keep_going, broker_model, broker_model_reason}``
 """
 
 from __future__ import annotations
@@ -107,8 +107,10 @@ from ..recovery import (
     DEFAULT_LIST_LIMIT,
     MODE_ABNORMAL,
     MODE_REFUSES,
+    STOP_V2_ON_49,
     VERSION_49,
     VERSION_53,
+    VERSION_AUTO,
     RecoveryPrediction,
     consume_queue_states,
     predict_recovery,
@@ -153,6 +155,7 @@ class VerifyReport:
     accepted_damaged: list[dict] = field(default_factory=list)
     unchecked_damage: list[dict] = field(default_factory=list)
     version_notes: list[str] = field(default_factory=list)
+    model_reason: str | None = None  # why --broker-version auto chose its model
     indexes: list[dict] = field(default_factory=list)
 
     @property
@@ -213,7 +216,7 @@ def _sort_key(f: Finding):
 
 
 def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, check_crc: bool = True,
-                 use_mmap: bool = True, max_record_size: int = MAX_RECORD_SIZE, version: str = VERSION_49,
+                 use_mmap: bool = True, max_record_size: int = MAX_RECORD_SIZE, version: str = VERSION_AUTO,
                  store_checks: bool = True, delay_levels_ms: list[int] | None = None,
                  progress: Callable[[int, int], None] | None = None, list_limit: int = DEFAULT_LIST_LIMIT,
                  max_findings_per_kind: int = 1000, compare_versions: bool = True,
@@ -222,6 +225,8 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     """Verify a store (root, ``commitlog/`` dir or one segment). Raises RmqdumpError only if it cannot run.
 
     ``progress(done_bytes, total_bytes)`` is called while the segments are walked.
+    ``version``: the broker's recovery model, ``4.9``, ``5.3`` or ``auto`` (4.9 unless the walk meets
+    a record only a 5.x broker writes — V2 magic —; then 5.3, and ``summary.broker_model_reason`` says why).
     ``segment_verifier`` / ``cq_checker_factory`` replace :func:`verify_segment` / :class:`CqChecker`
     (same signatures): ``rmqdump.spark`` hands in segment results computed on executors.
     """
@@ -325,10 +330,22 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         # recovery prediction
         pred = None
         walker = _recovery_walker(use_mmap and _fast_wanted(total), results)
+        auto = version == VERSION_AUTO
+        version = VERSION_49 if auto else version
         try:
             pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
                                     list_limit=list_limit, queue_states=states if store_checks else None,
                                     cq_problems=cq_problems, previous_end=valid_end, walker=walker)
+            stop = pred.walk.stop if pred.walk else None
+            if auto and stop is not None and stop.detail == STOP_V2_ON_49:
+                # only a 5.x broker writes V2 magic: this store is a 5.x broker's
+                version = VERSION_53
+                report.model_reason = f"5.x: a V2-magic record at {stop.offset} (written by a 5.x broker)"
+                pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
+                                        list_limit=list_limit, queue_states=states if store_checks else None,
+                                        cq_problems=cq_problems, previous_end=valid_end, walker=walker)
+            elif auto:
+                report.model_reason = "4.9: no record only a 5.x broker writes (--broker-version 5.3 to model 5.x)"
         except RmqdumpError as e:
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
@@ -437,6 +454,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         "predicted_max_offset": pred.max_offset if pred else None,
         "keep_going": keep_going,
         "broker_model": version,
+        "broker_model_reason": report.model_reason,
     }
     return report
 
