@@ -311,7 +311,7 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     """Find where the broker's recovery would put the end, and everything that makes the tail dirty."""
     from .consumequeue import check_not_rocksdb
     from .record import END_OF_DATA, Message
-    from .recovery import MODE_REFUSES, consume_queue_states, predict_recovery
+    from .recovery import MODE_REFUSES, consume_queue_states, predict_recovery_auto
     from .store import Store
 
     root = Path(root)
@@ -329,7 +329,7 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     store = Store.open(root)
     cl = store.commitlog
     states, cq_problems = consume_queue_states(store)
-    pred = predict_recovery(store, queue_states=states, use_mmap=use_mmap)
+    pred, _ = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap)
     st = StoreState(root, pred.max_offset, abort=abort, prediction=pred)
     if abort is not None:
         st.dirty.append("abort file present: the broker did not shut down cleanly"

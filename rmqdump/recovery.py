@@ -688,6 +688,20 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     return pred
 
 
+def predict_recovery_auto(store: Store, version: str = VERSION_AUTO, **kwargs) -> tuple[RecoveryPrediction, str | None]:
+    """:func:`predict_recovery` with ``version`` ``auto``: the 4.9 model unless its walk meets a V2-magic
+    record — only a 5.x broker writes those — then the 5.3 model. Returns (prediction, why that model;
+    None when ``version`` was explicit)."""
+    if version != VERSION_AUTO:
+        return predict_recovery(store, version=version, **kwargs), None
+    pred = predict_recovery(store, version=VERSION_49, **kwargs)
+    stop = pred.walk.stop if pred.walk else None
+    if stop is not None and stop.detail == STOP_V2_ON_49:
+        return (predict_recovery(store, version=VERSION_53, **kwargs),
+                f"5.x: a V2-magic record at {stop.offset} (written by a 5.x broker)")
+    return pred, "4.9: no record only a 5.x broker writes (--broker-version 5.3 to model 5.x)"
+
+
 def compare_versions(store: Store, **kwargs) -> list[str]:
     """Notes on where a 5.3.2+ broker's recovery would differ from the 4.9 prediction."""
     a = predict_recovery(store, version=VERSION_49, **kwargs)

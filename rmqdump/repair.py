@@ -624,7 +624,14 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     from .consumequeue import check_not_rocksdb
     from .indexfile import IndexFile, infer_geometry, list_index_files
     from .msgid import format_host
-    from .recovery import MODE_EMPTY, MODE_REFUSES, consume_queue_states, cq_truncation, predict_recovery
+    from .recovery import (
+        MODE_EMPTY,
+        MODE_REFUSES,
+        VERSION_49,
+        consume_queue_states,
+        cq_truncation,
+        predict_recovery_auto,
+    )
     from .store import Store
 
     if salvage is not None and salvage not in SALVAGE_CHOICES:
@@ -641,8 +648,10 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     plan.abort_present = abort is not None
     states, cq_problems = consume_queue_states(store)
     # a zero-length last segment (a crash between creating and extending it) holds nothing: it is deleted
-    pred = predict_recovery(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True)
+    pred, model = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True)
     plan.prediction = pred
+    if pred.version != VERSION_49:
+        plan.warnings.append(f"recovery modelled as broker {pred.version}.x: {model}")
     plan.mode, plan.reason = pred.mode, pred.reason
     plan.warnings += cq_problems
     if pred.mode in (MODE_REFUSES, MODE_EMPTY):
@@ -1250,7 +1259,7 @@ def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq:
                use_mmap: bool = True) -> dict:
     """Regenerate consume queues and/or index files from the commitlog into ``out_dir`` (store untouched)."""
     from .appender import store_geometry
-    from .recovery import predict_recovery
+    from .recovery import predict_recovery_auto
     from .store import Store
 
     store = Store.open(store_path)
@@ -1264,7 +1273,7 @@ def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq:
         raise StoreError("--to directory is not empty", out)
     out.mkdir(parents=True, exist_ok=True)
     geo = store_geometry(store.root)
-    pred = predict_recovery(store, use_mmap=use_mmap)
+    pred, _ = predict_recovery_auto(store, use_mmap=use_mmap)
     end = pred.max_offset
     doc: dict = {"store": str(store.root), "to": str(out), "end": end, "warnings": []}
     if cq:

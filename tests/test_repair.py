@@ -363,3 +363,14 @@ def test_a_wrong_size_queue_file_is_replaced_and_undone(store_copy, tmp_path, si
     assert cq_entries(store) == before  # entries lost with the cut are dispatched again from the commitlog
     undo_backup(tmp_path / "bk")
     assert tree_digest(store) == original
+
+
+def test_a_5x_store_is_not_repaired_as_damage(tmp_path):
+    """fixtures/store-5x's V2-magic record is a 5.x broker's, not damage: the 4.9 model would cut the
+    commitlog there; repair and append follow verify's auto model (5.3 once a V2 record is seen)."""
+    store = tmp_path / "s"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "store-5x", store)
+    plan = plan_repair(store)
+    assert plan.blocked is None and not plan.needs_repair and plan.end == 1798
+    assert any("5.3" in w and "V2-magic record at 1434" in w for w in plan.warnings)
+    assert inspect_store(store).dirty == []

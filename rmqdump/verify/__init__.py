@@ -107,13 +107,13 @@ from ..recovery import (
     DEFAULT_LIST_LIMIT,
     MODE_ABNORMAL,
     MODE_REFUSES,
-    STOP_V2_ON_49,
     VERSION_49,
     VERSION_53,
     VERSION_AUTO,
     RecoveryPrediction,
     consume_queue_states,
     predict_recovery,
+    predict_recovery_auto,
 )
 from ..store import Store
 from .records import SegmentResult, _fast_wanted, check_transactions, merge_segments, verify_segment
@@ -330,23 +330,14 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         # recovery prediction
         pred = None
         walker = _recovery_walker(use_mmap and _fast_wanted(total), results)
-        auto = version == VERSION_AUTO
-        version = VERSION_49 if auto else version
         try:
-            pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
-                                    list_limit=list_limit, queue_states=states if store_checks else None,
-                                    cq_problems=cq_problems, previous_end=valid_end, walker=walker)
-            stop = pred.walk.stop if pred.walk else None
-            if auto and stop is not None and stop.detail == STOP_V2_ON_49:
-                # only a 5.x broker writes V2 magic: this store is a 5.x broker's
-                version = VERSION_53
-                report.model_reason = f"5.x: a V2-magic record at {stop.offset} (written by a 5.x broker)"
-                pred = predict_recovery(store, version=version, check_crc=check_crc, use_mmap=use_mmap,
-                                        list_limit=list_limit, queue_states=states if store_checks else None,
-                                        cq_problems=cq_problems, previous_end=valid_end, walker=walker)
-            elif auto:
-                report.model_reason = "4.9: no record only a 5.x broker writes (--broker-version 5.3 to model 5.x)"
+            pred, report.model_reason = predict_recovery_auto(
+                store, version, check_crc=check_crc, use_mmap=use_mmap, list_limit=list_limit,
+                queue_states=states if store_checks else None, cq_problems=cq_problems, previous_end=valid_end,
+                walker=walker)
+            version = pred.version
         except RmqdumpError as e:
+            version = VERSION_49 if version == VERSION_AUTO else version
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
         if pred is not None and compare_versions and root is not None:
