@@ -21,6 +21,7 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
+from ._kernellink import link_shared_library, pointer_intrinsic
 from .fastwalk import (  # kernel return codes and argument-block layout, shared with the numba-free caller
     A_BUF,
     A_BYTE_LIMIT,
@@ -707,20 +708,7 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
 
 
 # --- C entry points: one int64 argument block each (see fastwalk.ARG_BLOCK) -------------------------
-def _pointer_intrinsic(nbtype):
-    @intrinsic
-    def as_pointer(typingctx, addr):
-        sig = types.CPointer(nbtype)(types.int64)
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-        return sig, codegen
-
-    return as_pointer
-
-
-_PTR = {name: _pointer_intrinsic(getattr(types, name))
+_PTR = {name: pointer_intrinsic(getattr(types, name))
         for name in ("uint8", "int8", "int32", "uint32", "int64", "uint64")}
 _p_u8, _p_i8, _p_i32 = _PTR["uint8"], _PTR["int8"], _PTR["int32"]
 _p_u32, _p_i64, _p_u64 = _PTR["uint32"], _PTR["int64"], _PTR["uint64"]
@@ -803,8 +791,6 @@ ENTRY_POINTS = {"rmqdump_walk": walk_c, "rmqdump_crc32": crc32_c, "rmqdump_info"
 def build_shared_library(path: str, cc: str = "cc") -> None:
     """Link the entry points into ``path`` (see :mod:`rmqdump._kernellink`; run with an empty numba
     cache, as :func:`rmqdump.fastwalk.backend` does)."""
-    from ._kernellink import link_shared_library
-
     link_shared_library(ENTRY_POINTS, path, cc, "kernels")
 
 

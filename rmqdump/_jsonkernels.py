@@ -23,6 +23,7 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
+from ._kernellink import link_shared_library, pointer_intrinsic
 from .fastrender import (
     B_BUF,
     B_COLS,
@@ -866,24 +867,11 @@ def columns(buf, n, sc, sys_flag, born_addr, born_port, store_addr, store_port, 
 
 
 # --- C entry points: one int64 argument block each (see fastrender.B_* / C_*) ---------------------------
-def _pointer_intrinsic(nbtype):
-    @intrinsic
-    def as_pointer(typingctx, addr):
-        sig = types.CPointer(nbtype)(types.int64)
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-        return sig, codegen
-
-    return as_pointer
-
-
-_p_u8 = _pointer_intrinsic(types.uint8)
-_p_i8 = _pointer_intrinsic(types.int8)
-_p_i32 = _pointer_intrinsic(types.int32)
-_p_u32 = _pointer_intrinsic(types.uint32)
-_p_i64 = _pointer_intrinsic(types.int64)
+_p_u8 = pointer_intrinsic(types.uint8)
+_p_i8 = pointer_intrinsic(types.int8)
+_p_i32 = pointer_intrinsic(types.int32)
+_p_u32 = pointer_intrinsic(types.uint32)
+_p_i64 = pointer_intrinsic(types.int64)
 
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
@@ -953,8 +941,6 @@ ENTRY_POINTS = {"rmqdump_jsonl": jsonl_c, "rmqdump_columns": columns_c, "rmqdump
 def build_shared_library(path: str, cc: str = "cc") -> None:
     """Link the entry points into ``path`` (see :mod:`rmqdump._kernellink`; run with an empty numba
     cache, as :func:`rmqdump.fastwalk.backend` does)."""
-    from ._kernellink import link_shared_library
-
     link_shared_library(ENTRY_POINTS, path, cc, "render")
 
 

@@ -15,6 +15,23 @@ KNOWN_HELPERS = ("NRT_Free", "NRT_MemInfo_call_dtor", "numba_do_raise", "numba_g
                  "numba_runtime_build_excinfo_struct", "numba_unpickle")
 
 
+def pointer_intrinsic(nbtype):
+    """A numba intrinsic: int64 address -> typed pointer (how the C entry points read their argument block)."""
+    from numba import types
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def as_pointer(typingctx, addr):
+        sig = types.CPointer(nbtype)(types.int64)
+
+        def codegen(context, builder, signature, args):
+            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+        return sig, codegen
+
+    return as_pointer
+
+
 def stub_source(names) -> str:
     return "#include <stdlib.h>\n" + "".join(f"void {n}(void) {{ abort(); }}\n" for n in sorted(set(names)))
 

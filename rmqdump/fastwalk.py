@@ -194,7 +194,9 @@ def kernel_library_path(prefix: str, source: str, abi: bytes, extra: str = "") -
     """Where the shared library built from ``rmqdump/<source>`` lives: keyed by its ABI, source,
     compiler, CPU and Python (may not exist yet)."""
     h = hashlib.sha256(abi)
-    h.update(Path(__file__).resolve().with_name(source).read_bytes())
+    here = Path(__file__).resolve()
+    h.update(here.with_name(source).read_bytes())
+    h.update(here.with_name("_kernellink.py").read_bytes())
     h.update(_toolchain_signature().encode())
     h.update(_cpu_signature().encode())
     h.update((sys.implementation.cache_tag or "").encode())
