@@ -104,3 +104,33 @@ def resolve_body_mode(body_mode: str | None, fmt: str) -> str:
     if body_mode:
         return body_mode
     return "none" if fmt == "table" else "base64"
+
+
+def _delay_levels(ctx, param, value):
+    """--delay-levels SPEC -> milliseconds per level (None: the broker's default)."""
+    if not value:
+        return None
+    from ..javahash import parse_delay_levels
+
+    try:
+        return parse_delay_levels(value)
+    except (ValueError, KeyError, IndexError):
+        raise click.BadParameter(f"cannot parse {value!r}", ctx=ctx, param=param) from None
+
+
+#: the switches `verify` and `spark verify` share (``delay_levels`` arrives parsed, in ms)
+verify_options = compose(
+    click.option("--keep-going", is_flag=True,
+                 help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it."),
+    click.option("--broker-version", type=click.Choice(("auto", "4.9", "5.3")), default="auto", show_default=True,  # recovery.VERSIONS
+                 help="Recovery model: 4.9.x, 5.3 (5.3.2-5.3.3 rules where they differ), or auto: 4.9 unless the "
+                      "store holds V2-magic records, which only 5.x writes."),
+    click.option("--commitlog-only", is_flag=True,
+                 help="Skip consume-queue, index, checkpoint, config and lock checks."),
+    click.option("--delay-levels", default=None, metavar="SPEC", callback=_delay_levels,
+                 help='Broker messageDelayLevel, e.g. "1s 5s 10s" (for SCHEDULE_TOPIC_XXXX tagsCode checks).'),
+    click.option("--list-limit", type=click.IntRange(0), default=10000, show_default=True,
+                 help="List at most N offsets per category in the report (counts stay complete)."),
+    click.option("--max-findings", "max_findings", type=click.IntRange(1), default=1000, show_default=True,
+                 help="List at most N findings per kind (and per segment)."),
+)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import click
 
 from .export import make_filter, read_options, record_filter_options, report_segments
-from .options import access_options, compose, output_options, parse_time
+from .options import access_options, compose, output_options, parse_time, verify_options
 
 stores_argument = click.argument("stores", nargs=-1, required=True, type=click.Path(exists=True, path_type=str),
                                  metavar="STORE...")
@@ -233,17 +233,7 @@ def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, 
 
 @spark.command("verify")
 @stores_argument
-@click.option("--keep-going", is_flag=True,
-              help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it.")
-@click.option("--broker-version", type=click.Choice(("auto", "4.9", "5.3")), default="auto", show_default=True,
-              help="Recovery model: 4.9.x, 5.3 (5.3.2-5.3.3 rules where they differ), or auto (5.3 when a store holds V2-magic records, which only 5.x writes).")
-@click.option("--commitlog-only", is_flag=True, help="Skip consume-queue, index, checkpoint, config and lock checks.")
-@click.option("--delay-levels", default=None, metavar="SPEC",
-              help='Broker messageDelayLevel, e.g. "1s 5s 10s" (for SCHEDULE_TOPIC_XXXX tagsCode checks).')
-@click.option("--list-limit", type=click.IntRange(0), default=10000, show_default=True,
-              help="List at most N offsets per category in the report (counts stay complete).")
-@click.option("--max-findings", "max_findings", type=click.IntRange(1), default=1000, show_default=True,
-              help="List at most N findings per kind (and per segment).")
+@verify_options
 @output_options
 @spark_options
 @access_options
@@ -257,26 +247,19 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
     Exit 0 clean, 1 errors found in any store.
     """
     from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-    from ..javahash import parse_delay_levels
     from .output import default_format, diag, emit_document, stdout_console
     from .verify import render_report
 
     fmt = default_format(fmt)
     if fmt == "csv":
         raise click.BadParameter("verify prints documents: use table, json or jsonl", param_hint="--format")
-    levels = None
-    if delay_levels:
-        try:
-            levels = parse_delay_levels(delay_levels)
-        except (ValueError, KeyError, IndexError):
-            raise click.BadParameter(f"cannot parse {delay_levels!r}", param_hint="--delay-levels") from None
     session = _session(master, conf, quiet)
     from ..spark import jobs
 
     with _task_progress("verifying", not quiet) as progress:
         verdicts = jobs.verify(session, list(stores), keep_going=keep_going, use_mmap=not no_mmap,
                                max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
-                               version=broker_version, store_checks=not commitlog_only, delay_levels_ms=levels,
+                               version=broker_version, store_checks=not commitlog_only, delay_levels_ms=delay_levels,
                                list_limit=list_limit, max_findings_per_kind=max_findings, progress=progress)
     docs = [v.document for v in verdicts]
     if fmt == "json" and len(docs) > 1:

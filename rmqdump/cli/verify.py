@@ -8,11 +8,9 @@ import click
 
 from ..findings import ERROR, INFO, WARNING
 from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from ..javahash import parse_delay_levels
-from ..recovery import VERSIONS
 from ..store import Store
 from ..verify import verify_store
-from .options import access_options, output_options
+from .options import access_options, output_options, verify_options
 from .output import default_format, diag, emit_document, escape_control, progress_bar
 
 if TYPE_CHECKING:  # rich loads only for the table report
@@ -25,19 +23,7 @@ _TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, path_type=str), metavar="PATH")
-@click.option("--keep-going", is_flag=True,
-              help="Resynchronise past damage (as scan --keep-going) and report the intact records beyond it.")
-@click.option("--broker-version", type=click.Choice(("auto", *VERSIONS)), default="auto", show_default=True,
-              help="Recovery model: 4.9.x, 5.3 (5.3.2-5.3.3 rules where they differ), or auto: 4.9 unless the "
-                   "store holds V2-magic records, which only 5.x writes.")
-@click.option("--commitlog-only", is_flag=True,
-              help="Skip consume-queue, index, checkpoint, config and lock checks.")
-@click.option("--delay-levels", default=None, metavar="SPEC",
-              help='Broker messageDelayLevel, e.g. "1s 5s 10s" (for SCHEDULE_TOPIC_XXXX tagsCode checks).')
-@click.option("--list-limit", type=click.IntRange(0), default=10000, show_default=True,
-              help="List at most N offsets per category in the report (counts stay complete).")
-@click.option("--max-findings", "max_findings", type=click.IntRange(1), default=1000, show_default=True,
-              help="List at most N findings per kind (and per segment).")
+@verify_options
 @output_options
 @access_options
 def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_limit, max_findings, fmt, quiet,
@@ -53,12 +39,6 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     fmt = default_format(fmt)
     if fmt == "csv":
         raise click.BadParameter("verify prints one document: use table, json or jsonl", param_hint="--format")
-    levels = None
-    if delay_levels:
-        try:
-            levels = parse_delay_levels(delay_levels)
-        except (ValueError, KeyError, IndexError):
-            raise click.BadParameter(f"cannot parse {delay_levels!r}", param_hint="--delay-levels") from None
     store = Store.open(path)
     total = sum(s.size for s in store.commitlog.segments)
     if not quiet and not no_mmap and _fast_needs_build(store):
@@ -66,7 +46,7 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     with progress_bar(total, "verifying", not quiet) as update:
         report = verify_store(
             store, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
-            store_checks=not commitlog_only, delay_levels_ms=levels, list_limit=list_limit,
+            store_checks=not commitlog_only, delay_levels_ms=delay_levels, list_limit=list_limit,
             max_findings_per_kind=max_findings,
             max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
             progress=lambda done, _total: update(done),
