@@ -222,20 +222,25 @@ def _zero_sha(length: int) -> str:
     return h.hexdigest()
 
 
+def _nonzero_chunks(fd: int, size: int):
+    """(position, bytes) of the chunks of ``fd``'s data extents that hold a non-zero byte."""
+    for a, b in _data_extents(fd, size):
+        p = a
+        while p < b:
+            chunk = os.pread(fd, min(_CHUNK, b - p), p)
+            if not chunk:
+                return
+            if chunk.count(0) != len(chunk):
+                yield p, chunk
+            p += len(chunk)
+
+
 def _copy_extents(src: Path, dst_fd: int) -> None:
-    """Copy the non-hole extents of ``src`` into ``dst_fd`` at the same positions."""
+    """Copy the non-zero chunks of ``src`` into ``dst_fd`` at the same positions."""
     fd = _open(src)
     try:
-        size = os.fstat(fd).st_size
-        for a, b in _data_extents(fd, size):
-            p = a
-            while p < b:
-                chunk = os.pread(fd, min(_CHUNK, b - p), p)
-                if not chunk:
-                    break
-                if chunk.count(0) != len(chunk):
-                    _pwrite_all(dst_fd, chunk, p)
-                p += len(chunk)
+        for p, chunk in _nonzero_chunks(fd, os.fstat(fd).st_size):
+            _pwrite_all(dst_fd, chunk, p)
     finally:
         os.close(fd)
 
@@ -1405,7 +1410,7 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
             fd = _open(target)
             try:
                 size = st.st_size
-                has_data = any(True for _ in _nonzero_extents(fd, size))
+                has_data = next(_nonzero_chunks(fd, size), None) is not None
             finally:
                 os.close(fd)
             item.update(size=size, mode=stat.S_IMODE(st.st_mode), sha256_before=sha256_file(target))
@@ -1436,19 +1441,6 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
         items.append(item)
     fsync_dir(blobs)
     return items
-
-
-def _nonzero_extents(fd: int, size: int):
-    for a, b in _data_extents(fd, size):
-        p = a
-        while p < b:
-            chunk = os.pread(fd, min(_CHUNK, b - p), p)
-            if not chunk:
-                return
-            if chunk.count(0) != len(chunk):
-                yield p
-                return
-            p += len(chunk)
 
 
 def _write_blob(path: Path, data: bytes) -> None:
