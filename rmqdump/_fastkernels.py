@@ -652,8 +652,6 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         if state[5] != 0:
             return i, 2
         if state[0] != 0:
-            if state[0] != alen or state[1] != w0 or state[2] != w1 or state[3] != sp:
-                return i, 2
             if tx != 8:
                 pt = state[4]
                 if pt < _TS_LO or pt > _TS_HI:
@@ -679,6 +677,9 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
             if tf & 2:
                 half_out[state[12]] = off
                 state[12] += 1
+        elif tx == 4:  # PREPARED (4.x store API): a COMMIT/ROLLBACK may point at it
+            half_out[state[12]] = off
+            state[12] += 1
         elif tx == 12:
             m = state[11]
             tx_out[m, 0] = off

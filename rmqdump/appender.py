@@ -305,11 +305,12 @@ class StoreState:
     queue_tails: dict[tuple[str, int], QueueTail] = field(default_factory=dict)
     cq_next: dict[tuple[str, int], int] = field(default_factory=dict)
     prediction: object | None = None
+    batch_topics: set[str] = field(default_factory=set)  # 5.x BatchCQ topics (batchconsumequeue/): not appendable
 
 
 def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreState:
     """Find where the broker's recovery would put the end, and everything that makes the tail dirty."""
-    from .consumequeue import check_not_rocksdb
+    from .consumequeue import batch_cq_topics, check_not_rocksdb, open_batch_queues
     from .record import END_OF_DATA, Message
     from .recovery import MODE_REFUSES, consume_queue_states, predict_recovery_auto
     from .store import Store
@@ -370,12 +371,19 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
             t.records += 1
     st.queue_tails = tails
     by_name = {(s.topic, s.queue_id): s for s in states}
+    batch_queues = open_batch_queues(root)  # a BatchCQ topic is dispatched there, not into consumequeue/
+    st.batch_topics = batch_cq_topics(root)
     for key, t in sorted(tails.items()):
         if not is_safe_component(key[0]):
             continue  # the broker cannot create a consume queue for this topic either
         s = by_name.get(key)
-        st.cq_next[key] = s.max_offset if s else 0
-        cq_end = s.max_physic_offset if s else -1
+        bq = batch_queues.get(key) if s is None else None
+        if bq is not None:
+            st.cq_next[key] = bq.max_offset
+            cq_end = bq.max_physic_end
+        else:
+            st.cq_next[key] = s.max_offset if s else 0
+            cq_end = s.max_physic_offset if s else -1
         if t.last_end > cq_end:
             st.dirty.append(f"ConsumeQueue {key[0]}/{key[1]} lacks entries for records up to offset {t.last_end} "
                             "(dispatch had not caught up)")
@@ -411,6 +419,11 @@ def _check_index(root: Path, st: StoreState) -> None:
 
 
 # --- the locked appender -------------------------------------------------------------------------
+
+
+def _batch_topic_refusal(topic: str) -> str:
+    return (f"topic {topic!r} is a BatchCQ topic (batchconsumequeue/{topic}): appending to it is not supported "
+            "(rmqdump writes ConsumeQueue entries, the broker reads BatchConsumeQueue units for this topic)")
 
 
 def refusal_message(st: StoreState) -> str:
@@ -452,6 +465,7 @@ class LockedAppender:
         self._bytes_since_commit = 0
         self.acknowledged = 0
         self._tx_map: dict[int, int] = {}  # half message: source offset -> offset in this store
+        self._batch_topics: set[str] = set()
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> LockedAppender:
@@ -483,6 +497,7 @@ class LockedAppender:
         root = self.root
         st = inspect_store(root, use_mmap=self.use_mmap) if root.exists() else StoreState(root, 0, new_store=True)
         self.state = st
+        self._batch_topics = st.batch_topics
         evidence = broker_evidence(root, st.abort) if root.exists() else []
         if evidence:
             raise LockError("refusing to write: " + "; ".join(evidence), root)
@@ -625,6 +640,8 @@ class LockedAppender:
                 spec.prepared_transaction_offset in self._tx_map:
             # a copied COMMIT/ROLLBACK points at its half message: follow the half message to its new offset
             spec.prepared_transaction_offset = self._tx_map[spec.prepared_transaction_offset]
+        if self._batch_topics and spec.topic in self._batch_topics:
+            raise UnsupportedError(_batch_topic_refusal(spec.topic))
         if not self._abort_created:
             self._create_abort()
         row = w.place(spec)
@@ -649,6 +666,7 @@ class LockedAppender:
         max_size = self.max_message_size
         store_host = self.store_host
         tx_map = self._tx_map
+        batch_topics = self._batch_topics
         add = rows.append
         pending = self._bytes_since_commit
         n = 0
@@ -664,6 +682,8 @@ class LockedAppender:
                                                                           TRANSACTION_ROLLBACK_TYPE) \
                         and spec.prepared_transaction_offset in tx_map:
                     spec.prepared_transaction_offset = tx_map[spec.prepared_transaction_offset]
+                if batch_topics and spec.topic in batch_topics:
+                    raise UnsupportedError(_batch_topic_refusal(spec.topic))
                 if not self._abort_created:
                     self._create_abort()
                 row = place(spec)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import FormatError, NotFoundError, StoreError, UnsupportedError
+from .errors import FormatError, NotFoundError, RmqdumpError, StoreError, UnsupportedError
 from .evidence import record_read
 from .format import (
     BCQ_STORE_UNIT_SIZE,
@@ -588,6 +588,12 @@ class BatchConsumeQueue(_QueueBase):
                         return
                     yield BcqEntry(base + i, *unit)
 
+    @property
+    def max_physic_end(self) -> int:
+        """End (offset + size) of the record of the last valid unit, -1 if none: dispatch reached it."""
+        last = self._recover()[1]
+        return -1 if last is None else last[0] + last[1]
+
     def find(self, queue_offset: int) -> BcqEntry:
         """The unit holding message ``queue_offset`` (binary search on msgBaseOffset)."""
         lo, hi = self.files[0].start // BCQ_STORE_UNIT_SIZE if self.files else 0, self.unit_count_end - 1
@@ -602,6 +608,51 @@ class BatchConsumeQueue(_QueueBase):
         if found is None or queue_offset >= found.next_offset:
             raise NotFoundError(f"queue offset {queue_offset} not in batch consume queue", self.path)
         return found
+
+
+def open_batch_queues(store_root: str | os.PathLike) -> dict[tuple[str, int], BatchConsumeQueue]:
+    """Every ``batchconsumequeue/TOPIC/QID`` of a 5.x store, opened leniently (``strict=False``).
+
+    A BatchCQ topic (``queue.type=BatchCQ``) is dispatched into these 46-byte units instead of
+    ``consumequeue/``: its records count as dispatched when a unit points at them. A queue whose
+    directory cannot be read is left out.
+    """
+    out: dict[tuple[str, int], BatchConsumeQueue] = {}
+    root = Path(store_root)
+    if not (root / STORE_BATCH_CONSUMEQUEUE_DIR).is_dir():
+        return out
+    try:
+        size = infer_store_cq_file_size(root, batch=True)
+        refs = list(discover_queues(root, batch=True))
+    except RmqdumpError:
+        return out
+    for ref in refs:
+        try:
+            out[(ref.topic, ref.queue_id)] = BatchConsumeQueue(ref.path, ref.topic, ref.queue_id, size, strict=False)
+        except RmqdumpError:
+            continue
+    return out
+
+
+def batch_cq_topics(store_root: str | os.PathLike) -> set[str]:
+    """5.x BatchCQ topics: a ``batchconsumequeue/TOPIC`` directory (how the store marks one on disk) or
+    ``queue.type=BatchCQ`` in ``config/topics.json`` (what the broker declares to the store)."""
+    out: set[str] = set()
+    try:
+        out = {e.name for e in _scandir_dirs(Path(store_root) / STORE_BATCH_CONSUMEQUEUE_DIR)}
+    except RmqdumpError:
+        pass
+    from .config import load_topics
+
+    try:
+        topics = load_topics(store_root).data or {}
+    except RmqdumpError:
+        return out
+    for name, cfg in topics.items():
+        attrs = cfg.attributes
+        if (attrs.get("queue.type") or attrs.get("+queue.type") or "").lower() == "batchcq":
+            out.add(name)
+    return out
 
 
 # --- writer --------------------------------------------------------------------------------

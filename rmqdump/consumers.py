@@ -27,6 +27,7 @@ from .errors import RmqdumpError
 from .format import MAX_RECORD_SIZE
 from .record import Invalid, Message
 from .segment import SegmentReader
+from .systopics import multi_dispatched_to
 
 #: Columns of :meth:`QueueLag.to_dict` (the ``consumers`` command's schema).
 LAG_FIELDS = ("group", "topic", "queue_id", "committed", "min_offset", "max_offset", "lag", "note")
@@ -192,8 +193,9 @@ def iter_unconsumed(report: ConsumerReport, store_root: str | os.PathLike, commi
                     if not isinstance(rec, Invalid):
                         rec = Invalid(e.commit_log_offset, seg.name, e.commit_log_offset - seg.start, "blank",
                                       "CQ entry points at a BLANK record")
-                elif rec.topic != row.topic or rec.queue_id != row.queue_id or rec.queue_offset != e.queue_offset \
-                        or rec.size != e.size:
+                elif (rec.topic != row.topic or rec.queue_id != row.queue_id or rec.queue_offset != e.queue_offset
+                      or rec.size != e.size) and not (
+                        rec.size == e.size and multi_dispatched_to(rec, row.topic, row.queue_id, e.queue_offset)):
                     problem = (f"CQ entry {row.topic}/{row.queue_id}@{e.queue_offset} (size {e.size}) points at a "
                                f"record of {rec.topic}/{rec.queue_id}@{rec.queue_offset} (size {rec.size})")
                 yield Unconsumed(row, e, rec, problem)

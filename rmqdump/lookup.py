@@ -674,7 +674,11 @@ def lookup_queue(store: Store | str | os.PathLike, topic: str, queue_id: int, qu
     res = _direct(st, offset, what, use_mmap, geo, "consumequeue")
     rec = res.hits[0]
     if rec.topic != topic or rec.queue_id != queue_id:
-        res.warnings.append(f"{what} points at offset {offset}, a record of {rec.topic}/{rec.queue_id}")
+        from .systopics import multi_dispatched_to
+
+        # an LMQ queue's entries point at records of the parent topic that list it in INNER_MULTI_DISPATCH
+        if not (isinstance(rec, Message) and multi_dispatched_to(rec, topic, queue_id, queue_offset)):
+            res.warnings.append(f"{what} points at offset {offset}, a record of {rec.topic}/{rec.queue_id}")
     if rec.size != size:
         res.warnings.append(f"{what} says size {size}, the record at {offset} is {rec.size} bytes")
     return res

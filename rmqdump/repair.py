@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .consumequeue import batch_cq_topics, open_batch_queues
 from .encoder import FILLER_BODY_PREFIX, FILLER_TOPIC
 from .errors import FormatError, LockError, RmqdumpError, StoreError
 from .format import (
@@ -40,6 +41,7 @@ from .format import (
     INDEX_ENTRY,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
+    INNER_BATCH_FLAG,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     STORE_ABORT_FILE,
@@ -946,6 +948,9 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
             ed.truncate(new_end, qt.count)
         edits[(st.topic, st.queue_id)] = ed
     # dispatch records the consume queues lack (the broker's re-dispatch / reput back-fill)
+    batch_topics = batch_cq_topics(root)
+    batch_queues = open_batch_queues(root) if batch_topics else {}
+    undispatched_batch: dict[tuple[str, int], int] = {}
     start = pred.start_offset if pred.start_offset is not None else cl.min_offset
     for rec in cl.walk(start=start, end=end, check_crc=False, read_body=False, use_mmap=use_mmap):
         if not isinstance(rec, Message) or rec.offset in filler_offsets:
@@ -953,6 +958,12 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
         if rec.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
             continue
         key = (rec.topic, rec.queue_id)
+        if rec.topic in batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
+            # a 5.x BatchCQ topic: dispatched into batchconsumequeue/, never into consumequeue/
+            bq = batch_queues.get(key)
+            if bq is None or rec.offset + rec.size > bq.max_physic_end:
+                undispatched_batch[key] = undispatched_batch.get(key, 0) + 1
+            continue
         ed = edits.get(key)
         if ed is None:
             if not is_safe_component(rec.topic):
@@ -970,6 +981,10 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
             plan.warnings.append(f"record at {rec.offset}: malformed DELAY; the broker's dispatch fails too")
             continue
         ed.put(rec.offset, rec.size, tags, rec.queue_offset)
+    for (topic, qid), n in sorted(undispatched_batch.items()):
+        plan.warnings.append(f"batchconsumequeue/{topic}/{qid}: {n} record(s) of this BatchCQ topic have no "
+                             "BatchConsumeQueue unit; rmqdump does not write BatchConsumeQueue units (not "
+                             "supported), nothing dispatched for them")
     out: list[Change] = []
     for ed in edits.values():
         if ed is None:
@@ -1175,7 +1190,8 @@ def _rebuild_cq_changes(cl, root: Path, cq_file_size: int, end: int, plan: Repai
     stage = Path(tempfile.mkdtemp(prefix="rmqdump-rebuild-cq-"))
     try:
         built = rebuild_consume_queues(cl, stage, cq_file_size, end=end, use_mmap=use_mmap,
-                                       delay_levels_ms=delay_levels_ms, warnings=plan.warnings)
+                                       delay_levels_ms=delay_levels_ms, warnings=plan.warnings,
+                                       batch_topics=batch_cq_topics(root))
         out: list[Change] = []
         seen: set[str] = set()
         for rel in built:
@@ -1213,18 +1229,27 @@ def _rebuild_cq_changes(cl, root: Path, cq_file_size: int, end: int, plan: Repai
 
 
 def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | None = None, use_mmap: bool = True,
-                           delay_levels_ms=DEFAULT_DELAY_LEVELS_MS, warnings: list[str] | None = None) -> list[str]:
-    """Write ``consumequeue/`` for the records in [min offset, end) under ``out_root``; returns relative paths."""
+                           delay_levels_ms=DEFAULT_DELAY_LEVELS_MS, warnings: list[str] | None = None,
+                           batch_topics: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Write ``consumequeue/`` for the records in [min offset, end) under ``out_root``; returns relative paths.
+
+    Records of 5.x BatchCQ topics (``batch_topics``, and any inner-batch record) are skipped: the
+    broker keeps them in ``batchconsumequeue/``, which is not rebuilt (not supported; a warning says so).
+    """
     from .consumequeue import ConsumeQueueWriter
     from .record import Message
 
     writers: dict[tuple[str, int], ConsumeQueueWriter | None] = {}
+    skipped_batch: dict[str, int] = {}
     try:
         for rec in cl.walk(start=cl.min_offset, end=end, check_crc=False, read_body=False, keep_going=True,
                            use_mmap=use_mmap):
             if not isinstance(rec, Message):
                 continue
             if rec.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                continue
+            if rec.topic in batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
+                skipped_batch[rec.topic] = skipped_batch.get(rec.topic, 0) + 1
                 continue
             key = (rec.topic, rec.queue_id)
             w = writers.get(key, False)
@@ -1248,6 +1273,10 @@ def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | 
         for w in writers.values():
             if w is not None:
                 w.fsync()
+        if warnings is not None:
+            for topic, n in sorted(skipped_batch.items()):
+                warnings.append(f"BatchCQ topic {topic!r}: {n} record(s) not rebuilt: rebuilding BatchConsumeQueue "
+                                "units (batchconsumequeue/) is not supported; they are left as they are")
     finally:
         for w in writers.values():
             if w is not None:
@@ -1283,7 +1312,8 @@ def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq:
     doc: dict = {"store": str(store.root), "to": str(out), "end": end, "warnings": []}
     if cq:
         doc["consumequeue_files"] = len(rebuild_consume_queues(store.commitlog, out, geo.cq_file_size, end=end,
-                                                               use_mmap=use_mmap, warnings=doc["warnings"]))
+                                                               use_mmap=use_mmap, warnings=doc["warnings"],
+                                                               batch_topics=batch_cq_topics(store.root)))
     if index:
         idir, _ = ensure_store_dir(out, STORE_INDEX_DIR)
         from .indexfile import list_index_files

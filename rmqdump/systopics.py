@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from .format import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -69,6 +71,46 @@ STATES = ("pending", "delivered", "resolved", "redeliver", "lost", "superseded",
 OWED_STATES = frozenset({"pending"})
 #: States that indicate an inconsistency worth reporting.
 ANOMALY_STATES = frozenset({"lost", "redeliver"})
+
+
+#: Prefix of light message queues (``MixAll.LMQ_PREFIX``): always queue id 0.
+LMQ_PREFIX = "%LMQ%"
+
+
+def multi_dispatch_targets(properties: Mapping[str, str], queue_id: int) -> list[tuple[str, int, int]]:
+    """The extra queues LMQ multi-dispatch (4.9.3+, ``enableMultiDispatch``) put one record in.
+
+    ``(topic, queue id, queue offset)`` for each name in ``INNER_MULTI_DISPATCH`` with its offset
+    from ``INNER_MULTI_QUEUE_OFFSET`` (as ``ConsumeQueue.multiDispatchLmqQueue``: ``%LMQ%`` queues
+    are queue 0, other names get the record's queue id). Empty when the record was not
+    multi-dispatched, or when the two lists do not pair up (the broker then dispatches none).
+    """
+    names = properties.get(PROPERTY_INNER_MULTI_DISPATCH)
+    offsets = properties.get(PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+    if not names or not offsets:
+        return []
+    names_l, offsets_l = names.split(","), offsets.split(",")
+    if len(names_l) != len(offsets_l):
+        return []
+    out = []
+    for name, off in zip(names_l, offsets_l, strict=True):
+        value = _int(off)
+        if value is None:
+            return []
+        out.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, value))
+    return out
+
+
+def multi_dispatched_to(msg, topic: str, queue_id: int, queue_offset: int | None = None) -> bool:
+    """Whether multi-dispatch put ``msg`` into ``topic``/``queue_id`` (at ``queue_offset`` if given).
+
+    A ``%LMQ%`` queue's entries point at records of the parent topic: that is what LMQ means.
+    """
+    for name, qid, off in multi_dispatch_targets(msg.properties, msg.queue_id):
+        if name == topic and (qid == queue_id or (name.startswith(LMQ_PREFIX) and queue_id == msg.queue_id)) \
+                and (queue_offset is None or off == queue_offset):
+            return True
+    return False
 
 
 def _int(value: str | None) -> int | None:

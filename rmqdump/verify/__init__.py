@@ -34,12 +34,15 @@ Commitlog records — damage the broker *accepts* (listed again under ``recovery
   ``queue_offset_regression`` (error)   QUEUEOFFSET repeats or goes back (two records, one CQ slot)
   ``queue_offset_gap`` (warning)        QUEUEOFFSET jumps forward
   ``bad_topic`` (error)         empty topic or one holding NUL or '/'
-  ``tx_half_missing`` (error)   COMMIT/ROLLBACK record whose PREPARED TRANSACTION OFFSET is no half message
+  ``tx_half_missing`` (warning)  COMMIT/ROLLBACK record whose PREPARED TRANSACTION OFFSET is neither a half
+                              message nor a PREPARED record (4.x store-API transactions); the broker never
+                              reads the field back
   ``tx_half_expired`` (info)    …whose half message lies in a deleted file
   ``repair_filler`` (info)      a ROLLBACK filler written by ``rmqdump repair --salvage filler``
   ``tx_queue_offset`` / ``tx_unexpected_prepared_offset`` (warning)  transaction fields the broker never writes
   ``sysflag_unknown_bits``, ``bad_timestamp``, ``bad_host``, ``bad_field``, ``empty_body_crc``,
-  ``bad_compression``, ``header_outlier`` (warning)  fields nothing in the broker validates
+  ``bad_compression``, ``header_outlier`` (warning)  fields nothing in the broker validates (``header_outlier``:
+                              one record's STORETIMESTAMP far from both neighbours'; store hosts are not compared)
 Commitlog segments:
   ``stray_file`` / ``zero_length_segment`` / ``segment_size`` / ``segment_gap`` / ``segment_alignment`` /
   ``segment_name``  (from discovery; sizes and zero-length files stop a 4.9 broker from starting)
@@ -56,7 +59,10 @@ Consume queues:
   ``queue_id_out_of_range`` (warning); ``cq_not_dispatched``, ``cq_entry_expired`` (info);
   ``cq_file`` (error: wrong file size or stray file — a 4.9 broker refuses to start; warning: missing
   files, misaligned names),
-  ``cq_unavailable`` (info)
+  ``cq_unavailable`` (info). A 5.x BatchCQ topic's records are dispatched by ``batchconsumequeue/`` units
+  (a unit whose size differs from its record: ``cq_size_mismatch``); an entry of an LMQ queue
+  (``%LMQ%…``) may point at a record of another topic that lists the queue in INNER_MULTI_DISPATCH,
+  at the queue offset INNER_MULTI_QUEUE_OFFSET gives (another offset: ``cq_entry_misplaced``)
 Index files:
   ``index_key_mismatch``, ``index_slot_mismatch``, ``index_chain_cycle``, ``index_chain_merge``,
   ``index_chain_order``, ``index_entry_dangling``, ``index_header``, ``index_file_size``,
@@ -66,7 +72,8 @@ Index files:
 Checkpoint, config, abort, lock:
   ``checkpoint_missing``, ``checkpoint_size``, ``checkpoint_ahead`` (warning); ``checkpoint_zero``,
   ``checkpoint_index`` (info); ``config_parse`` (error; warning when the broker falls back to .bak),
-  ``config_unreadable`` (error), ``config_missing``, ``consumer_offset_ahead`` (warning);
+  ``config_unreadable`` (error), ``consumer_offset_ahead`` (warning); ``config_missing`` (info: the broker
+  starts without config/);
   ``abort_present``, ``lock_unreadable``, ``store_in_use`` (warning); ``abort_bak`` (info)
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup

@@ -30,10 +30,10 @@ from ..format import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     STOREHOSTADDRESS_V6_FLAG,
     TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from ..msgid import format_host
 from ..record import BAD_BLANK, BODY_CRC, END_OF_DATA, Blank, Invalid, Message
 from ..segment import Segment
 
@@ -295,6 +295,8 @@ class RecordChecker:
                      f"{rec.transaction} record has QUEUEOFFSET {qoff}; the broker writes 0")
             if tx == TRANSACTION_ROLLBACK_TYPE:
                 res.tx_refs.append((off, rec.file_pos, rec.prepared_transaction_offset, tx))
+            elif tx == TRANSACTION_PREPARED_TYPE:  # 4.x store API: the COMMIT/ROLLBACK points at this record
+                res.half_offsets.add(off)
         st_ts = rec.store_timestamp
         if not _TS_MIN <= st_ts <= _TS_MAX or not _TS_MIN <= rec.born_timestamp <= _TS_MAX:
             emit(WARNING, "bad_timestamp", off,
@@ -306,25 +308,21 @@ class RecordChecker:
                 self.max_ts = st_ts
         if not 0 <= rec.born_port <= 65535 or not 0 <= rec.store_port <= 65535:
             emit(WARNING, "bad_host", off, f"port out of range (born {rec.born_port}, store {rec.store_port})")
-        # header outliers: one record whose store host / store time disagrees with both neighbours
+        # header outlier: one record whose store time is far from both neighbours' (the broker stamps
+        # STORETIMESTAMP under the put lock, and seeks by time with it). The store host is not checked:
+        # neighbouring records legitimately differ (IPv4/IPv6, records of another broker, DLedger).
         s_addr, s_port = rec.store_addr, rec.store_port
-        prev_addr, prev_port, prev_ts = self.prev_addr, self.prev_port, self.prev_ts
+        prev_addr, prev_ts = self.prev_addr, self.prev_ts
         if self.cand is not None:
-            c_off, c_addr, c_port, c_ts, p_addr, p_port, p_ts = self.cand
+            c_off, c_ts, p_ts = self.cand
             self.cand = None
-            if (c_addr != p_addr or c_port != p_port) and s_addr == p_addr and s_port == p_port:
-                emit(WARNING, "header_outlier", c_off,
-                     f"store host {format_host(c_addr, c_port)} differs from both neighbours "
-                     f"({format_host(p_addr, p_port)}): damaged STOREHOST field")
-            elif (c_ts is not None and tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - p_ts) < _HOUR_MS
-                  and abs(c_ts - p_ts) >= _HOUR_MS and abs(c_ts - st_ts) >= _HOUR_MS):
+            if (tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - p_ts) < _HOUR_MS
+                    and abs(c_ts - p_ts) >= _HOUR_MS and abs(c_ts - st_ts) >= _HOUR_MS):
                 emit(WARNING, "header_outlier", c_off,
                      f"store time {c_ts} is far from both neighbours ({p_ts}, {st_ts}): damaged "
                      "STORETIMESTAMP field")
-        if prev_addr is not None and (s_addr != prev_addr or s_port != prev_port
-                                      or (tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - prev_ts) >= _HOUR_MS)):
-            self.cand = (off, s_addr, s_port, None if tx == TRANSACTION_COMMIT_TYPE else st_ts,
-                         prev_addr, prev_port, prev_ts)
+        if prev_addr is not None and tx != TRANSACTION_COMMIT_TYPE and abs(st_ts - prev_ts) >= _HOUR_MS:
+            self.cand = (off, st_ts, prev_ts)
         self.prev_addr, self.prev_port = s_addr, s_port
         if tx != TRANSACTION_COMMIT_TYPE:
             self.prev_ts = st_ts
@@ -622,7 +620,13 @@ def merge_segments(results: list[SegmentResult], file_size: int, zero_start: boo
 
 
 def check_transactions(results: list[SegmentResult], cache, min_offset: int) -> list[Finding]:
-    """COMMIT/ROLLBACK records must point at an existing, earlier half message (``cache``: a RecordCache)."""
+    """COMMIT/ROLLBACK records must point at an existing, earlier half message (``cache``: a RecordCache).
+
+    A half message is a record of RMQ_SYS_TRANS_HALF_TOPIC (the broker's transactions since 4.3) or a
+    PREPARED record (the 4.x store API's own transactions: PREPARED, then COMMIT/ROLLBACK in the same
+    topic). Nothing in the broker reads PREPARED TRANSACTION OFFSET back (the COMMIT is dispatched and
+    consumed regardless), so a pointer at anything else is a ``warning``: a damaged field, not lost data.
+    """
     out: list[Finding] = []
     halves: set[int] = set()
     arrays = []
@@ -666,11 +670,12 @@ def check_transactions(results: list[SegmentResult], cache, min_offset: int) -> 
                 h = cache.decode(prepared)
                 if not isinstance(h, Message):
                     detail = f"{name} record points at {prepared}, where there is no valid record ({h.kind})"
-                elif h.topic_raw != _HALF:
-                    detail = f"{name} record points at {prepared}, a {h.topic!r} record, not a half message"
+                elif h.topic_raw != _HALF and h.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_PREPARED_TYPE:
+                    detail = (f"{name} record points at {prepared}, a {h.topic!r} record, neither a half "
+                              "message nor a PREPARED record")
             if detail and tx != TRANSACTION_COMMIT_TYPE and is_filler(cache.decode(off, check_crc=False)):
                 out.append(Finding(INFO, "repair_filler", r.file, off, "ROLLBACK filler record written by rmqdump "
                                    "repair over damaged bytes (they are in the repair's backup)"))
             elif detail:
-                out.append(Finding(ERROR, "tx_half_missing", r.file, off, detail))
+                out.append(Finding(WARNING, "tx_half_missing", r.file, off, detail))
     return out

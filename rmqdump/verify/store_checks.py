@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..commitlog import CommitLog, read_record
 from ..config import MAX_CONFIG_BYTES
+from ..consumequeue import open_batch_queues
 from ..errors import RmqdumpError, StoreError
 from ..fileio import read_regular
 from ..findings import ERROR, INFO, WARNING, Finding
@@ -23,7 +24,6 @@ from ..format import (
     CQ_STORE_UNIT_SIZE,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
-    PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     SCHEDULE_TOPIC,
@@ -35,6 +35,7 @@ from ..javahash import DEFAULT_DELAY_LEVELS_MS
 from ..properties import split_keys
 from ..record import Invalid, Message
 from ..recovery import QueueState
+from ..systopics import multi_dispatch_targets, multi_dispatched_to
 
 _TAGS = b"TAGS\x01"
 _SCHEDULE = SCHEDULE_TOPIC.encode()
@@ -138,6 +139,19 @@ class CqChecker:
         self.counts: Counter = Counter()
         self.records_checked = 0
         self.queue_range_warned: set[tuple[bytes, int]] = set()
+        # 5.x BatchCQ topics are dispatched into batchconsumequeue/ units, not consumequeue/:
+        # topic -> queue id -> {commitlog offset: unit size}
+        self.bcq: dict[bytes, dict[int, dict[int, int]]] = {}
+        if root is not None:
+            for (topic, qid), bq in open_batch_queues(root).items():
+                units: dict[int, int] = {}
+                try:
+                    for u in bq.iter_units():
+                        if u.is_valid:
+                            units[u.commit_log_offset] = u.size
+                except RmqdumpError:
+                    pass
+                self.bcq.setdefault(os.fsencode(topic), {})[qid] = units
 
     def _add(self, severity: str, kind: str, file: str, offset: int | None, detail: str) -> None:
         self.counts[kind] += 1
@@ -170,6 +184,14 @@ class CqChecker:
                         self._add(WARNING if sched else ERROR, "cq_tags_mismatch", f, p + 12,
                                   f"tagsCode {t} but the record at {msg.offset} gives {exp}"
                                   + (" (delivery time: depends on the broker's messageDelayLevel)" if sched else ""))
+                return
+        if self.bcq:
+            units = self.bcq.get(msg.topic_raw, {}).get(msg.queue_id)
+            size = units.get(msg.offset) if units is not None else None
+            if size is not None:  # dispatched into the BatchConsumeQueue
+                if size != msg.size:
+                    self._add(ERROR, "cq_size_mismatch", f"batchconsumequeue/{msg.topic}/{msg.queue_id}", None,
+                              f"unit for the record at {msg.offset} says size {size}, the record is {msg.size}")
                 return
         self.unmatched.append((msg.offset, msg.size, msg.topic_raw, msg.queue_id, msg.queue_offset, msg.file))
 
@@ -266,9 +288,14 @@ class CqChecker:
             return
         tx = rec.sys_flag & TRANSACTION_TYPE_MASK
         if rec.topic != st.topic or rec.queue_id != st.queue_id:
-            lmq = rec.properties.get(PROPERTY_INNER_MULTI_DISPATCH)
-            if lmq and st.topic in lmq.split(","):
+            if multi_dispatched_to(rec, st.topic, st.queue_id, qoff):
                 return  # LMQ fan-out: the same record is dispatched to every queue it lists
+            if multi_dispatched_to(rec, st.topic, st.queue_id):
+                offs = [o for t, _q, o in multi_dispatch_targets(rec.properties, rec.queue_id) if t == st.topic]
+                self._add(ERROR, "cq_entry_misplaced", f, p,
+                          f"entry at queue offset {qoff} points at the record at {phys}, multi-dispatched to "
+                          f"{st.topic} at queue offset {','.join(map(str, offs))} (INNER_MULTI_QUEUE_OFFSET)")
+                return
             self._add(ERROR, "cq_entry_wrong_queue", f, p,
                       f"queue offset {qoff} points at {phys}, a record of {rec.topic}/{rec.queue_id}")
             return
@@ -550,7 +577,8 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
     loaded: dict = {}
     cdir = root / "config"
     if not cdir.is_dir():
-        out.append(Finding(WARNING, "config_missing", "config", None, "no config/ directory"))
+        # the store module never writes config/ (the broker's managers do): a store without it starts fine
+        out.append(Finding(INFO, "config_missing", "config", None, "no config/ directory"))
         return out, loaded
     decoders = {"topics.json": decode_topics, "consumerOffset.json": decode_consumer_offsets,
                 "delayOffset.json": decode_delay_offsets, "subscriptionGroup.json": decode_subscription_groups}

@@ -1,0 +1,180 @@
+"""No false alarms on healthy stores RocketMQ itself wrote (fixtures/oracle/*-healthy-*).
+
+Each store was written by RocketMQ's own DefaultMessageStore (``put``) and read back without
+complaint by RocketMQ (``run``: ``manifest.jsonl``); rmqdump must not call any of it damage:
+- ``498-healthy-tx-v6``: 4.x store-API transactions (PREPARED, then COMMIT/ROLLBACK pointing at it
+  in the same topic), one record with IPv6 born/store hosts between IPv4 neighbours, no config/;
+- ``533-healthy-bcq``: a 5.x BatchCQ topic (inner batches and a plain message, dispatched into
+  ``batchconsumequeue/`` units only);
+- ``498-healthy-lmq``: LMQ multi-dispatch (one record in MqttTopic/0 and in ``%LMQ%room1/0`` /
+  ``%LMQ%room2/0``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import FIXTURES
+from rmqdump import fastwalk
+from rmqdump.appender import inspect_store
+from rmqdump.cli import cli
+from rmqdump.lookup import lookup_queue
+from rmqdump.repair import apply_plan, plan_repair, rebuild_to
+from rmqdump.verify import verify_store
+
+ORACLE = FIXTURES / "oracle"
+SEG0 = "00000000000000000000"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def manifest(name: str) -> list[dict]:
+    return [json.loads(line) for line in (ORACLE / name / "manifest.jsonl").read_text("utf-8").splitlines()
+            if line.strip()]
+
+
+@pytest.fixture
+def oracle_store(tmp_path):
+    """A writable copy of fixtures/oracle/NAME/store (nothing may write into the fixture)."""
+
+    def _copy(name: str):
+        dst = tmp_path / name
+        shutil.copytree(ORACLE / name / "store", dst)
+        return dst
+
+    return _copy
+
+
+def findings(report) -> list[tuple[str, str, int | None]]:
+    return [(f.severity, f.kind, f.offset) for f in report.findings]
+
+
+def patch(path, pos: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(data)
+
+
+# --- 1-3: old-style transactions, IPv6 neighbours, no config/ -------------------------------------------
+
+
+def test_old_style_transactions_ipv6_hosts_and_no_config_are_healthy(oracle_store):
+    store = oracle_store("498-healthy-tx-v6")
+    msgs = {m["commitLogOffset"]: m for m in manifest("498-healthy-tx-v6") if m["type"] == "message"}
+    # what RocketMQ read back: COMMIT at 532 and ROLLBACK at 919 point at their PREPARED records
+    assert msgs[532]["preparedTransactionOffset"] == 344 and msgs[344]["tranType"] == 4
+    assert msgs[919]["preparedTransactionOffset"] == 730 and msgs[730]["tranType"] == 4
+    assert "2001" in msgs[169]["storeHost"] and msgs[0]["storeHost"] == msgs[344]["storeHost"] == "127.0.0.1|10911"
+    r = verify_store(store)
+    assert findings(r) == [("info", "config_missing", None)]
+    assert r.summary["status"] == "clean" and r.accepted_damaged == []
+    assert run("verify", store, "-f", "json").exit_code == 0
+
+
+def test_commit_pointing_at_no_half_or_prepared_record_is_still_a_warning(oracle_store):
+    store = oracle_store("498-healthy-tx-v6")
+    patch(store / "commitlog" / SEG0, 532 + 76, struct.pack(">q", 0))  # COMMIT -> the TopicA record at 0
+    r = verify_store(store)
+    tx = [f for f in r.findings if f.kind == "tx_half_missing"]
+    assert [(f.severity, f.offset) for f in tx] == [("warning", 532)]
+    assert "neither a half message nor a PREPARED record" in tx[0].detail
+
+
+@pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")
+@pytest.mark.parametrize("name", ["498-healthy-tx-v6", "533-healthy-bcq", "498-healthy-lmq"])
+def test_compiled_verify_matches_pure_on_healthy_oracle_stores(name, oracle_store, monkeypatch):
+    from test_verify_fast import assert_same
+
+    doc = assert_same(oracle_store(name), monkeypatch)
+    assert doc["summary"]["errors"] == 0 and doc["summary"]["warnings"] == 0
+
+
+# --- 4: BatchConsumeQueue ------------------------------------------------------------------------------
+
+
+def test_batch_cq_units_count_as_dispatch_in_verify(oracle_store):
+    store = oracle_store("533-healthy-bcq")
+    units = [m for m in manifest("533-healthy-bcq") if m["type"] == "batch_cq_entry"]
+    assert {(u["topic"], u["queueId"], u["commitLogOffset"]) for u in units} == \
+        {("BCQ", 0, 0), ("BCQ", 0, 677), ("BCQ", 1, 1095)}
+    r = verify_store(store)
+    assert findings(r) == [("info", "config_missing", None)]
+
+
+def test_batch_cq_unit_with_wrong_size_is_reported(oracle_store):
+    store = oracle_store("533-healthy-bcq")
+    patch(store / "batchconsumequeue" / "BCQ" / "0" / SEG0, 46 + 8, struct.pack(">i", 1))  # unit 1's size
+    kinds = [(f.kind, f.file) for f in verify_store(store).findings if f.severity == "error"]
+    assert kinds == [("cq_size_mismatch", "batchconsumequeue/BCQ/0")]
+
+
+def test_append_accepts_a_healthy_store_with_batch_cq(oracle_store):
+    store = oracle_store("533-healthy-bcq")
+    st = inspect_store(store)
+    assert st.dirty == [] and st.batch_topics == {"BCQ"}
+    out = run("append", store, "-t", "TopicA", "--body", "more")
+    assert out.exit_code == 0, out.output
+    assert not (store / "consumequeue" / "BCQ").exists()
+    # a record of the BatchCQ topic would need a BatchConsumeQueue unit: refused, nothing written
+    before = (store / "commitlog" / SEG0).read_bytes()
+    out = run("append", store, "-t", "BCQ", "--body", "x")
+    assert out.exit_code == 2 and "BatchCQ topic" in out.output
+    assert (store / "commitlog" / SEG0).read_bytes() == before
+    assert not (store / "consumequeue" / "BCQ").exists()
+
+
+def test_repair_does_not_dispatch_batch_records_into_consume_queues(oracle_store, tmp_path):
+    store = oracle_store("533-healthy-bcq")
+    plan = plan_repair(store)
+    assert plan.changes == [] and not plan.needs_repair
+    plan, res = apply_plan(store, backup_dir=tmp_path / "bk")
+    assert res is None and not (store / "consumequeue" / "BCQ").exists()
+
+
+def test_rebuild_cq_leaves_batch_topics_alone_and_says_so(oracle_store, tmp_path):
+    store = oracle_store("533-healthy-bcq")
+    plan = plan_repair(store, rebuild_cq=True)
+    assert not any("consumequeue/BCQ" in c.path for c in plan.changes)
+    assert any("BatchConsumeQueue" in w and "not supported" in w for w in plan.warnings)
+    apply_plan(store, rebuild_cq=True, backup_dir=tmp_path / "bk")
+    assert not (store / "consumequeue" / "BCQ").exists()
+    assert verify_store(store).summary["errors"] == 0
+    doc = rebuild_to(ORACLE / "533-healthy-bcq" / "store", tmp_path / "side", cq=True, index=False)
+    assert not (tmp_path / "side" / "consumequeue" / "BCQ").exists()
+    assert (tmp_path / "side" / "consumequeue" / "TopicA" / "0" / SEG0).read_bytes() == \
+        (store / "consumequeue" / "TopicA" / "0" / SEG0).read_bytes()
+    assert any("not supported" in w for w in doc["warnings"])
+
+
+# --- 5: LMQ multi-dispatch ----------------------------------------------------------------------------
+
+
+def test_lmq_queue_entries_are_not_wrong_queue(oracle_store):
+    store = oracle_store("498-healthy-lmq")
+    entries = {(m["topic"], m["queueOffset"]): m["commitLogOffset"]
+               for m in manifest("498-healthy-lmq") if m["type"] == "cq_entry"}
+    assert entries[("%LMQ%room1", 0)] == 142 and entries[("%LMQ%room1", 1)] == 486
+    assert entries[("%LMQ%room2", 0)] == 486
+    for topic, qoff in (("%LMQ%room1", 0), ("%LMQ%room1", 1), ("%LMQ%room2", 0)):
+        res = lookup_queue(store, topic, 0, qoff)
+        assert res.hits[0].offset == entries[(topic, qoff)] and res.warnings == []
+    assert verify_store(store).summary["errors"] == 0
+    out = run("lookup", store, "--queue", "%LMQ%room1", "0", "1")
+    assert out.exit_code == 0 and "warning" not in out.output
+
+
+def test_lmq_entry_at_the_wrong_queue_offset_is_still_reported(oracle_store):
+    store = oracle_store("498-healthy-lmq")
+    q = store / "consumequeue" / "%LMQ%room1" / "0" / SEG0
+    data = q.read_bytes()
+    patch(q, 0, data[20:40] + data[0:20])  # swap the two entries: each now contradicts INNER_MULTI_QUEUE_OFFSET
+    errs = [(f.kind, f.offset) for f in verify_store(store).findings if f.severity == "error"]
+    assert errs == [("cq_entry_misplaced", 0), ("cq_entry_misplaced", 20)]
+    assert lookup_queue(store, "%LMQ%room1", 0, 0).warnings  # points at a record not dispatched there
