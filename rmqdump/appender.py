@@ -305,6 +305,7 @@ class StoreState:
     queue_tails: dict[tuple[str, int], QueueTail] = field(default_factory=dict)
     cq_next: dict[tuple[str, int], int] = field(default_factory=dict)
     prediction: object | None = None
+    broker_model_reason: str | None = None  # why predict_recovery_auto chose its model
     batch_topics: set[str] = field(default_factory=set)  # 5.x BatchCQ topics (batchconsumequeue/): not appendable
 
 
@@ -330,8 +331,8 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     store = Store.open(root)
     cl = store.commitlog
     states, cq_problems = consume_queue_states(store)
-    pred, _ = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap)
-    st = StoreState(root, pred.max_offset, abort=abort, prediction=pred)
+    pred, model_reason = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap)
+    st = StoreState(root, pred.max_offset, abort=abort, prediction=pred, broker_model_reason=model_reason)
     if abort is not None:
         st.dirty.append("abort file present: the broker did not shut down cleanly"
                         + (" (left by an interrupted rmqdump run)" if abort.ours else ""))
@@ -444,8 +445,13 @@ class LockedAppender:
     def __init__(self, store: str | os.PathLike, *, force: bool = False, dry_run: bool = False,
                  create: bool = False, geometry: StoreGeometry | None = None, store_host: str | None = None,
                  clock: Callable[[], int] | None = None, lock_timeout: float | None = None,
-                 max_message_size: int = MAX_MESSAGE_SIZE, use_mmap: bool = True, build_index: bool = True):
+                 max_message_size: int = MAX_MESSAGE_SIZE, use_mmap: bool = True, build_index: bool = True,
+                 broker_version: str = "auto"):
+        from .brokerversion import normalise
+
         self.root = Path(store)
+        self.broker_version = normalise(broker_version)  # auto | 4.9 | 5: who must be able to read the store
+        self.broker = None  # brokerversion.BrokerVersion, resolved by open()
         self.force = force
         self.dry_run = dry_run
         self.create = create
@@ -511,6 +517,11 @@ class LockedAppender:
                             f"then run `rmqdump repair {root}`", root)
         if st.new_store and not self.create and not (root / STORE_COMMITLOG_DIR).is_dir():
             raise StoreError("not a RocketMQ store (no commitlog/); use --init to create one", root)
+        from .brokerversion import resolve
+
+        pred = st.prediction
+        self.broker = resolve(self.broker_version, model_version=getattr(pred, "version", None),
+                              model_reason=st.broker_model_reason, root=root if root.exists() else None)
         geo = self.geometry or store_geometry(root)
         self.geometry = geo
         host = self.store_host or st.last_store_host or DEFAULT_STORE_HOST
@@ -642,6 +653,8 @@ class LockedAppender:
             spec.prepared_transaction_offset = self._tx_map[spec.prepared_transaction_offset]
         if self._batch_topics and spec.topic in self._batch_topics:
             raise UnsupportedError(_batch_topic_refusal(spec.topic))
+        if not self.broker.reads_v2:
+            self.check_spec(spec)
         if not self._abort_created:
             self._create_abort()
         row = w.place(spec)
@@ -669,6 +682,7 @@ class LockedAppender:
         batch_topics = self._batch_topics
         add = rows.append
         pending = self._bytes_since_commit
+        check = None if self.broker.reads_v2 else self.check_spec
         n = 0
         try:
             for spec in records:
@@ -684,6 +698,8 @@ class LockedAppender:
                     spec.prepared_transaction_offset = tx_map[spec.prepared_transaction_offset]
                 if batch_topics and spec.topic in batch_topics:
                     raise UnsupportedError(_batch_topic_refusal(spec.topic))
+                if check is not None:
+                    check(spec)
                 if not self._abort_created:
                     self._create_abort()
                 row = place(spec)
@@ -698,6 +714,40 @@ class LockedAppender:
         finally:
             self._placed += n
             self._bytes_since_commit = pending
+
+    # -- what the store's broker can read --------------------------------------------------------------
+    def check_topic(self, topic: str, where: str = "") -> None:
+        """Raise :class:`~rmqdump.brokerversion.BrokerVersionError` if a record of ``topic`` would get the
+        V2 magic and the store's broker is 4.x (``where`` prefixes the message, e.g. a JSONL line)."""
+        from .brokerversion import refuse_v2
+        from .format import MESSAGE_MAGIC_CODE_V2
+        from .writer import _choose_magic
+
+        if self.broker is None:
+            raise StoreError("appender is not open", self.root)
+        if not self.broker.reads_v2 and _choose_magic(topic) == MESSAGE_MAGIC_CODE_V2:
+            raise refuse_v2(topic, self.broker, where)
+
+    def check_spec(self, spec: MessageSpec, where: str = "") -> None:
+        """:meth:`check_topic` for one record (an explicit ``spec.magic`` counts too)."""
+        from .brokerversion import refuse_v2
+        from .format import MESSAGE_MAGIC_CODE_V2
+
+        if spec.magic == MESSAGE_MAGIC_CODE_V2 and not self.broker.reads_v2:
+            raise refuse_v2(spec.topic, self.broker, where)
+        if spec.magic is None:
+            self.check_topic(spec.topic, where)
+
+    def check_rows(self, rows: Iterable[MessageSpec | dict]) -> None:
+        """Check every record before anything is written: MessageSpecs, and the topic of scan-JSONL
+        dicts (a dict without a string topic is left for the conversion to refuse, in order)."""
+        if self.broker is None or self.broker.reads_v2:
+            return
+        for n, row in enumerate(rows):
+            if isinstance(row, MessageSpec):
+                self.check_spec(row, f"record {n}: ")
+            elif isinstance(row, dict) and isinstance(row.get("topic"), str):
+                self.check_topic(row["topic"], f"record {n}: ")
 
     @property
     def pending_bytes(self) -> int:
@@ -893,8 +943,10 @@ def bulk_append(store: str | os.PathLike, records: Iterable[MessageSpec | dict],
 
     ``records`` are :class:`MessageSpec` objects or dicts in the scan JSONL schema.
     ``on_ack`` is called for each record once it is durable. Keyword arguments go to
-    :class:`LockedAppender` (``force``, ``geometry``, ``clock`` ...); a missing store is
-    created (``create=True`` by default here, with ``geometry`` or the broker defaults).
+    :class:`LockedAppender` (``force``, ``geometry``, ``clock``, ``broker_version`` ...); a missing store is
+    created (``create=True`` by default here, with ``geometry`` or the broker defaults). When the store's
+    broker is 4.x, every record is checked before anything is written (an iterator is read fully first):
+    one it cannot read (V2 magic) refuses the whole call.
     """
     appender_kwargs.setdefault("create", True)
     res = BulkResult()
@@ -925,6 +977,10 @@ def bulk_append(store: str | os.PathLike, records: Iterable[MessageSpec | dict],
 
     try:
         with app:
+            if not app.broker.reads_v2:  # refuse what the store's 4.x broker cannot read before writing anything
+                if not isinstance(records, (list, tuple)):
+                    records = list(records)
+                app.check_rows(records)
             it = iter(records)
 
             def convert(row: object) -> MessageSpec:

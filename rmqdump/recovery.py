@@ -689,17 +689,24 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
 
 
 def predict_recovery_auto(store: Store, version: str = VERSION_AUTO, **kwargs) -> tuple[RecoveryPrediction, str | None]:
-    """:func:`predict_recovery` with ``version`` ``auto``: the 4.9 model unless its walk meets a V2-magic
+    """:func:`predict_recovery` with ``version`` ``auto``: the 4.9 model unless the store holds a file only
+    a 5.x broker creates (:data:`rmqdump.brokerversion.FIVE_X_ONLY_PATHS`) or the 4.9 walk meets a V2-magic
     record — only a 5.x broker writes those — then the 5.3 model. Returns (prediction, why that model;
-    None when ``version`` was explicit)."""
+    None when ``version`` was explicit). The appender writes V2 records only where this picks 5.3 (or
+    when told the broker is 5.x), so its own writes never change the model."""
+    from .brokerversion import five_x_files, five_x_files_reason
+
     if version != VERSION_AUTO:
         return predict_recovery(store, version=version, **kwargs), None
+    files = five_x_files(store.root)
+    if files:
+        return predict_recovery(store, version=VERSION_53, **kwargs), five_x_files_reason(files)
     pred = predict_recovery(store, version=VERSION_49, **kwargs)
     stop = pred.walk.stop if pred.walk else None
     if stop is not None and stop.detail == STOP_V2_ON_49:
         return (predict_recovery(store, version=VERSION_53, **kwargs),
                 f"5.x: a V2-magic record at {stop.offset} (written by a 5.x broker)")
-    return pred, "4.9: no record only a 5.x broker writes (--broker-version 5.3 to model 5.x)"
+    return pred, "4.9: no record or file only a 5.x broker writes (--broker-version 5.3 to model 5.x)"
 
 
 def compare_versions(store: Store, **kwargs) -> list[str]:

@@ -312,19 +312,27 @@ def ensure_store_dir(root: Path, *parts: str, create: bool = True) -> tuple[Path
     """``root/parts...`` as real directories (never a symlink), creating missing ones.
 
     Returns the path and the parents whose entries changed (to fsync). Raises
-    :class:`StoreError` for a symlink, a non-directory or an unsafe name.
+    :class:`StoreError` for a symlink, a non-directory or an unsafe name. With ``create=False``
+    nothing is created: the full path is still returned (every existing component checked, every
+    missing one only named) — callers must not assume it exists.
     """
     path = root
     changed: list[Path] = []
+    missing = False
     for part in parts:
         if not is_safe_component(part):
             raise StoreError(f"refusing unsafe directory name {part!r}", path)
         nxt = path / part
+        if missing:  # below a missing directory nothing exists
+            path = nxt
+            continue
         try:
             st = os.lstat(nxt)
         except FileNotFoundError:
             if not create:
-                return nxt, changed
+                missing = True
+                path = nxt
+                continue
             try:
                 os.mkdir(nxt, 0o755)
             except FileExistsError:

@@ -35,6 +35,47 @@ def _parse_property(text: str) -> tuple[str, str]:
     return k, v
 
 
+def _checked_jsonl(app, jsonl, topic: str | None):
+    """The --jsonl input, checked against what the store's broker can read before anything is written.
+
+    For a 4.x broker every record's topic is looked at first (a V2-magic record refuses the whole
+    input); a stream that cannot seek is spooled to a temporary file for that pass. The check stops
+    at the first line that does not parse: the main pass refuses that line and writes nothing after it.
+    """
+    import json
+    import tempfile
+
+    if app.broker.reads_v2:
+        return jsonl
+    if topic is not None:  # --topic overrides every record's
+        app.check_topic(topic)
+        return jsonl
+    try:
+        start = jsonl.tell() if jsonl.seekable() else None
+    except OSError:
+        start = None
+    if start is None:
+        import shutil
+
+        spool = tempfile.SpooledTemporaryFile(max_size=16 << 20)
+        shutil.copyfileobj(jsonl, spool, 1 << 20)
+        src, start = spool, 0
+    else:
+        src = jsonl
+    src.seek(start)
+    for n, line in enumerate(src, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            break
+        if isinstance(row, dict) and isinstance(row.get("topic"), str):
+            app.check_topic(row["topic"], f"JSONL line {n}: ")
+    src.seek(start)
+    return src
+
+
 @click.command()
 @click.argument("store", type=click.Path(path_type=str), metavar="STORE")
 @click.option("--topic", "-t", help="Topic of the message (overrides the records' topic with --jsonl).")
@@ -65,6 +106,10 @@ def _parse_property(text: str) -> tuple[str, str]:
 @click.option("--max-message-size", type=click.IntRange(1, 1 << 30), default=4 * 1024 * 1024, show_default=True,
               help="Broker maxMessageSize (body limit).")
 @click.option("--force", is_flag=True, help="Append even if the store has abort or a dirty tail.")
+@click.option("--broker-version", type=click.Choice(("auto", "4.9", "5", "5.3")), default="auto", show_default=True,
+              help="Broker that must read the store: V2-magic records (topics over 127 chars) are refused unless it "
+                   "is 5.x. auto: 5.x only when the store already holds a V2 record or a file only 5.x creates "
+                   "(batchconsumequeue/, timerwheel, compaction/ ...).")
 @click.option("--dry-run", is_flag=True, help="Show where the records would go; write nothing.")
 @click.option("--init", "create", is_flag=True, help="Create STORE if it has no commitlog yet.")
 @click.option("--commitlog-file-size", type=click.IntRange(64), default=None,
@@ -76,14 +121,16 @@ def _parse_property(text: str) -> tuple[str, str]:
 @output_options
 def append(store, topic, queue_id, tags, keys, properties, body_text, body_file, jsonl, body_encoding,
            keep_store_time, keep_store_host, user_flag, transaction, compression, born_host, store_host, uniq_key,
-           no_uniq_key, record_crc, batch_bytes, max_message_size, force, dry_run, create, commitlog_file_size,
-           cq_file_size, index_slots, index_entries, fmt, quiet):
+           no_uniq_key, record_crc, batch_bytes, max_message_size, force, broker_version, dry_run, create,
+           commitlog_file_size, cq_file_size, index_slots, index_entries, fmt, quiet):
     """Append messages to STORE (the broker must be stopped).
 
     One message from --topic and --body / --body-file / stdin, or many from --jsonl (the
     scan JSONL schema, so `rmqdump scan A -f jsonl | rmqdump append B --jsonl -` copies
     messages). Takes the broker's lock; refuses a store with abort or a dirty tail unless
-    --force. Prints each record's offset and msgId once it is durable.
+    --force. Prints each record's offset and msgId once it is durable. A record the store's
+    broker cannot read (a V2-magic record for a 4.x broker, see --broker-version) is refused
+    before anything is written (exit 2).
     """
     from ..appender import LockedAppender, read_jsonl, store_geometry
     from ..writer import MessageSpec
@@ -92,8 +139,7 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
     if jsonl is not None:
         if body_text is not None or body_file is not None:
             raise click.UsageError("--jsonl cannot be combined with --body/--body-file")
-        specs = read_jsonl(jsonl, body_encoding=body_encoding, keep_store_time=keep_store_time,
-                           keep_store_host=keep_store_host, topic=topic, queue_id=queue_id)
+        specs = None  # read once the store's broker version is known (a 4.x store: after a check pass)
     else:
         if not topic:
             raise click.UsageError("--topic is required (or use --jsonl)")
@@ -114,7 +160,8 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
                            auto_uniq_key=not no_uniq_key, record_crc=record_crc)
         if born_host:
             spec.born_host = born_host
-        specs = iter([spec])
+        specs_list = [spec]
+        specs = iter(specs_list)
     geometry = None
     if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries)):
         if cq_file_size is not None and cq_file_size % 20:
@@ -123,7 +170,7 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
                                   index_slots=index_slots, index_entries=index_entries)
     writer = RecordWriter(fmt, ACK_FIELDS, TABLE_COLUMNS)
     app = LockedAppender(store, force=force, dry_run=dry_run, create=create, geometry=geometry, store_host=store_host,
-                         max_message_size=max_message_size)
+                         max_message_size=max_message_size, broker_version=broker_version)
 
     def emit(batch) -> None:
         for a in batch:
@@ -135,6 +182,12 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
         with app:
             st = app.state
             end = st.end
+            if jsonl is not None:
+                src = _checked_jsonl(app, jsonl, topic)
+                specs = read_jsonl(src, body_encoding=body_encoding, keep_store_time=keep_store_time,
+                                   keep_store_host=keep_store_host, topic=topic, queue_id=queue_id)
+            else:
+                app.check_spec(specs_list[0])
             if not quiet:
                 verb = "would append" if dry_run else "appending"
                 diag(f"{verb} at offset {st.end}" + (" (new store)" if st.new_store else "")

@@ -1,0 +1,68 @@
+"""Helpers for the stores in ``fixtures/oracle/<name>/`` (written by RocketMQ's own store code, see
+``recipe.json``) and for judging results with the oracle in ``../shared/oracle`` when it is there."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ORACLE_FIXTURES = REPO / "fixtures" / "oracle"
+ORACLE = REPO.parent / "shared" / "oracle"
+
+
+def fixture_dir(name: str) -> Path:
+    return ORACLE_FIXTURES / name
+
+
+def recipe(name: str) -> dict:
+    return json.loads((fixture_dir(name) / "recipe.json").read_text(encoding="utf-8"))
+
+
+def fixture_manifest(name: str) -> list[dict]:
+    """What RocketMQ's ``run`` read back from the fixture store (recorded when it was made)."""
+    text = (fixture_dir(name) / "manifest.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def copy_store(name: str, dst: Path) -> Path:
+    """A writable copy of ``fixtures/oracle/<name>/store``."""
+    shutil.copytree(fixture_dir(name) / "store", dst)
+    for p in [dst, *dst.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return dst
+
+
+def tree_state(root: Path) -> dict[str, str]:
+    """Every path under ``root`` — directories included — with a sha256 for files ("dir" for directories)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            out[os.path.relpath(os.path.join(dirpath, d), root) + "/"] = "dir"
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def oracle_run(version: str, store: Path, tmp_path: Path, args: list[str]) -> list[dict]:
+    """RocketMQ ``<version>/run`` on a COPY of ``store``; skips when the oracle or java is missing."""
+    run = ORACLE / version / "run"
+    if not run.exists():
+        pytest.skip(f"RocketMQ oracle {run} is not beside the checkout")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("no java for the RocketMQ oracle")
+    n = len(list(tmp_path.glob("oracle-copy-*")))
+    copy = tmp_path / f"oracle-copy-{n}"
+    shutil.copytree(store, copy)
+    out = tmp_path / f"oracle-out-{n}.jsonl"
+    res = subprocess.run([str(run), str(copy), str(out), *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
