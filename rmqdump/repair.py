@@ -1378,7 +1378,8 @@ def _checkpoint_change(root: Path, cl, end: int, plan: RepairPlan, full_index_ts
 
 
 def _safe_target(root: Path, rel: str) -> Path:
-    """``root/rel`` with every directory component a real directory inside the store (no symlinks)."""
+    """``root/rel`` with every existing directory component a real directory inside the store (no
+    symlinks); missing components are named, not created (the file may not exist yet)."""
     parts = rel.split("/")
     if any(p in ("", ".", "..") for p in parts):
         raise StoreError(f"refusing path {rel!r}", root)
@@ -1412,11 +1413,24 @@ def _write_manifest(backup: Path, doc: dict) -> None:
     fsync_dir(backup)
 
 
+def _missing_dirs(root: Path, rel_file: str) -> list[str]:
+    """The directories (relative, outermost first) that must be created to hold ``root/rel_file``."""
+    parts = rel_file.split("/")[:-1]
+    out = []
+    for i in range(1, len(parts) + 1):
+        rel = "/".join(parts[:i])
+        if out or not os.path.lexists(root / rel):
+            out.append(rel)
+    return out
+
+
 def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
-    """Copy what each change will overwrite or remove into ``backup/blobs`` (fsynced)."""
+    """Copy what each change will overwrite or remove into ``backup/blobs`` (fsynced); name every
+    directory a create will make (each once, in the first item that needs it) so undo removes it."""
     blobs = backup / "blobs"
     blobs.mkdir(parents=True)
     items = []
+    planned_dirs: set[str] = set()
     for n, c in enumerate(plan.changes, 1):
         target = _safe_target(root, c.path)
         item: dict = {"op": c.op, "path": c.path, "why": c.why, "group": c.group}
@@ -1462,12 +1476,9 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
                 raise StoreError("file to create already exists", target)
             if replaces:
                 item["replaces"] = True
-            missing = []
-            d = target.parent
-            while not d.exists():
-                missing.append(d.relative_to(root).as_posix())
-                d = d.parent
-            item.update(size=c.size, created_dirs=list(reversed(missing)))
+            missing = [d for d in _missing_dirs(root, c.path) if d not in planned_dirs]
+            planned_dirs.update(missing)
+            item.update(size=c.size, created_dirs=missing)
         items.append(item)
     fsync_dir(blobs)
     return items
@@ -1483,6 +1494,15 @@ def _write_blob(path: Path, data: bytes) -> None:
 
 
 def _apply_change(root: Path, c: Change, item: dict, synced_dirs: set[Path]) -> None:
+    if c.op == "create":  # parents first: the target is computed in the directories that now exist
+        parts = c.path.split("/")
+        if any(p in ("", ".", "..") for p in parts):
+            raise StoreError(f"refusing path {c.path!r}", root)
+        missing = _missing_dirs(root, c.path)
+        _, changed = ensure_store_dir(root, *parts[:-1])
+        synced_dirs.update(changed)
+        # what was really created (the manifest is rewritten after apply; undo removes these)
+        item["created_dirs"] = missing
     target = _safe_target(root, c.path)
     if c.op == "write":
         fd = _open(target, os.O_RDWR)
@@ -1506,9 +1526,6 @@ def _apply_change(root: Path, c: Change, item: dict, synced_dirs: set[Path]) -> 
             raise StoreError(f"cannot delete: {e.strerror}", target) from None
         synced_dirs.add(target.parent)
     elif c.op == "create":
-        parts = c.path.split("/")
-        d, changed = ensure_store_dir(root, *parts[:-1])
-        synced_dirs.update(changed)
         fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC, 0o644)
         try:
             os.ftruncate(fd, c.size)
@@ -1682,6 +1699,20 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
             elif it["op"] == "create":
                 if target.exists() and applied and it.get("sha256_after") and sha256_file(target) != it["sha256_after"]:
                     mismatched.append(it["path"])
+        created_dirs = sorted({d for it in items if it["op"] == "create" for d in it.get("created_dirs", [])},
+                              key=lambda d: (-d.count("/"), d))  # deepest first
+        ours = {it["path"] for it in items if it["op"] == "create"} | set(created_dirs)
+        for d in created_dirs:  # a directory the repair made must hold only what the repair made
+            try:
+                names = os.listdir(_safe_target(root, d))
+            except FileNotFoundError:
+                continue
+            except NotADirectoryError:
+                mismatched.append(d)
+                continue
+            foreign = [n for n in names if f"{d}/{n}" not in ours]
+            if foreign:
+                mismatched.append(f"{d}/{foreign[0]}")
         if mismatched and not force:
             raise StoreError("the store changed since the repair (" + ", ".join(mismatched[:5])
                              + "); refusing to overwrite it (--force to restore anyway)", root)
@@ -1721,12 +1752,18 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
                 if target.exists():
                     os.unlink(target)
                     synced.add(target.parent)
-                for d in reversed(it.get("created_dirs", [])):
-                    try:
-                        os.rmdir(root / d)
-                        synced.add((root / d).parent)
-                    except OSError:
-                        pass
+        left = []
+        for d in created_dirs:  # deepest first, after every file the repair created is gone
+            path = _safe_target(root, d)
+            try:
+                os.rmdir(path)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                left.append(f"{d} ({e.strerror})")
+                continue
+            synced.discard(path)
+            synced.add(path.parent)
         for d in sorted(synced, key=lambda p: -len(p.parts)):
             if d.exists():
                 fsync_dir(d)
@@ -1742,6 +1779,9 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
             if not ok:
                 raise StoreError("restored bytes do not match the backup's sha256", target)
             verified += 1
+        if left:
+            raise StoreError("cannot remove directories the repair created: " + ", ".join(left[:5])
+                             + " (the abort marker stays)", root)
         before = doc.get("abort_before")
         _set_abort(root, None if before is None else base64.b64decode(before))
         doc["state"] = "undone"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from oracle_fixtures import tree_state
 
 from conftest import manifest, real_store
 from rmqdump.appender import inspect_store
@@ -249,12 +250,17 @@ def test_rebuild_cq_in_place_repairs_a_damaged_queue(store_copy, tmp_path):
     bad[200:240] = bytes(40)  # two entries lost in the middle: a hole the broker's recovery stops at
     q.write_bytes(bytes(bad))
     shutil.rmtree(store / "consumequeue" / "TopicOrder" / "1")  # a whole queue gone
-    damaged = tree_digest(store)
+    topic_dir = store / "consumequeue" / "TopicTx"
+    tx_files = {p.relative_to(store): p.read_bytes() for p in topic_dir.rglob("*") if p.is_file()}
+    shutil.rmtree(topic_dir)  # a whole topic gone: every directory level must be re-created
+    damaged = tree_state(store)
     plan, res = apply_plan(store, rebuild_cq=True, backup_dir=tmp_path / "bk")
     assert q.read_bytes() == good
+    assert {p: (store / p).read_bytes() for p in tx_files} == tx_files  # where RocketMQ keeps them
+    assert not [p for p in topic_dir.iterdir() if p.is_file()]
     assert cq_entries(store) == manifest_cq("clean")
     undo_backup(tmp_path / "bk")
-    assert tree_digest(store) == damaged
+    assert tree_state(store) == damaged  # same files and directories, same bytes
 
 
 def test_repair_dispatches_missing_consume_queue_and_index_entries(store_copy, tmp_path):
