@@ -30,6 +30,7 @@ from .format import (
     MAX_MESSAGE_SIZE,
     MAX_RECORD_SIZE,
     MESSAGE_DELAY_LEVEL,
+    STORE_INDEX_DIR,
 )
 
 #: broker.conf keys rmqdump uses (MessageStoreConfig field names)
@@ -319,15 +320,17 @@ def _index_sizes(root: Path | None) -> dict[str, int]:
 
 def _index(g: StoreGeometry, root: Path | None, slots: int | None, entries: int | None,
            conf: BrokerConf | None) -> None:
-    from .indexfile import infer_geometry
+    from .indexfile import geometry_from_entries, infer_geometry
 
     sizes = _index_sizes(root)
     size = None
+    sample = None  # a file of the common size, whose entries can tell the geometry
     if sizes:
         counts: dict[int, int] = {}
         for s in sizes.values():
             counts[s] = counts.get(s, 0) + 1
         size = max(counts.items(), key=lambda kv: (kv[1], kv[0]))[0]
+        sample = [root / STORE_INDEX_DIR / n for n, s in sorted(sizes.items(), reverse=True) if s == size]
         odd = sorted(n for n, s in sizes.items() if s != size)
         if odd:
             g.problems.append(f"index files of another size than {size} bytes: {', '.join(odd)}")
@@ -352,7 +355,8 @@ def _index(g: StoreGeometry, root: Path | None, slots: int | None, entries: int 
         g.index_hash_slot_num, g.index_num, g.sources["index"] = MAX_HASH_SLOT_NUM, MAX_INDEX_NUM, "default"
         return
     try:
-        geo = infer_geometry(size)
+        geo = next((g2 for p in (sample or [])[:8] if (g2 := geometry_from_entries(p, size)) is not None), None)
+        geo = geo or infer_geometry(size)
     except FormatError as exc:
         g.problems.append(f"index geometry: {exc.message}")
         return

@@ -76,15 +76,101 @@ class IndexGeometry:
 DEFAULT_GEOMETRY = IndexGeometry(MAX_HASH_SLOT_NUM, MAX_INDEX_NUM)
 
 
+#: ratios maxIndexNum / maxHashSlotNum tried first when the geometry is read from a file's entries
+_LIKELY_RATIOS = (4, 1, 2, 8, 3, 5, 10, 16, 20, 40, 100)
+#: bound on the slot counts tried one by one (each costs a few small reads)
+_MAX_GEOMETRY_CANDIDATES = 200_000
+#: earlier entries whose chain links must agree with a candidate geometry
+_GEOMETRY_CHECK_ENTRIES = 32
+
+
+def _entries_agree(read, slots: int, entries: int, count: int) -> bool:
+    """Do the last written entries fit ``slots``/``entries``? The newest entry heads its slot's chain, and
+    every entry's ``prevIndex`` is an older entry of the same slot (``IndexFile.putKey``)."""
+    if count > entries:
+        return False
+    base = INDEX_HEADER_SIZE + slots * INDEX_HASH_SLOT_SIZE
+    newest = count - 1
+    for number in range(newest, max(0, newest - _GEOMETRY_CHECK_ENTRIES), -1):
+        raw = read(base + number * INDEX_SIZE, INDEX_SIZE)
+        if len(raw) < INDEX_SIZE:
+            return False
+        key_hash, _phy, _diff, prev = INDEX_ENTRY.unpack(raw)
+        if key_hash < 0 or not 0 <= prev < number:
+            return False
+        slot = key_hash % slots
+        if number == newest:
+            head = read(INDEX_HEADER_SIZE + slot * INDEX_HASH_SLOT_SIZE, INDEX_HASH_SLOT_SIZE)
+            if len(head) < INDEX_HASH_SLOT_SIZE or int.from_bytes(head, "big", signed=True) != newest:
+                return False
+        if prev > 0:
+            prev_raw = read(base + prev * INDEX_SIZE, 4)
+            if len(prev_raw) < 4 or int.from_bytes(prev_raw, "big", signed=True) % slots != slot:
+                return False
+    return True
+
+
+def geometry_from_entries(path: str | os.PathLike, size: int) -> IndexGeometry | None:
+    """The geometry a file's own entries prove (any maxIndexNum/maxHashSlotNum ratio), or None when the
+    file holds fewer than two entries or no candidate fits within :data:`_MAX_GEOMETRY_CANDIDATES`."""
+    from .fileio import open_regular
+
+    body = size - INDEX_HEADER_SIZE
+    try:
+        fd = open_regular(path)
+    except StoreError:
+        return None
+    try:
+        def read(pos: int, n: int) -> bytes:
+            return os.pread(fd, n, pos)
+
+        header = read(0, INDEX_HEADER_SIZE)
+        if len(header) < INDEX_HEADER_SIZE:
+            return None
+        count = int.from_bytes(header[36:40], "big", signed=True)
+        if count < 2:
+            return None
+
+        def fits(slots: int) -> IndexGeometry | None:
+            rest = body - slots * INDEX_HASH_SLOT_SIZE
+            if slots <= 0 or rest <= 0 or rest % INDEX_SIZE:
+                return None
+            entries = rest // INDEX_SIZE
+            return IndexGeometry(slots, entries) if _entries_agree(read, slots, entries, count) else None
+
+        for ratio in _LIKELY_RATIOS:
+            per = INDEX_HASH_SLOT_SIZE + ratio * INDEX_SIZE
+            if body % per == 0 and (geo := fits(body // per)):
+                return geo
+        top = (body - count * INDEX_SIZE) // INDEX_HASH_SLOT_SIZE
+        first = next((s for s in range(1, 6) if (body - s * INDEX_HASH_SLOT_SIZE) % INDEX_SIZE == 0), None)
+        if first is None:
+            return None
+        for tried, slots in enumerate(range(first, top + 1, INDEX_SIZE // INDEX_HASH_SLOT_SIZE)):
+            if tried >= _MAX_GEOMETRY_CANDIDATES:
+                return None
+            if geo := fits(slots):
+                return geo
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def infer_geometry(size: int, hash_slot_num: int | None = None, index_num: int | None = None,
                    file: str | os.PathLike | None = None) -> IndexGeometry:
-    """Geometry from a file size (maxIndexNum = 4 × slots), or validate explicit values."""
+    """Geometry from explicit values, else from the file's own entries (``file`` given), else from its size
+    (maxIndexNum = 4 × slots, the broker's default ratio)."""
     body = size - INDEX_HEADER_SIZE
     if body <= 0:
         raise FormatError(f"index file of {size} bytes is too short for the {INDEX_HEADER_SIZE}-byte header", file)
     if hash_slot_num is None and index_num is None:
+        if file is not None and (geo := geometry_from_entries(file, size)) is not None:
+            return geo
         if body % _BYTES_PER_SLOT_DEFAULT:
-            raise FormatError(f"index file size {size} is not 40 + 84*slots; pass the geometry explicitly", file)
+            raise FormatError(f"index file size {size} is not 40 + 84*slots and its entries do not tell "
+                              f"the geometry; pass it explicitly (--index-slots/--index-entries)", file)
         hash_slot_num = body // _BYTES_PER_SLOT_DEFAULT
         index_num = hash_slot_num * DEFAULT_INDEX_PER_SLOT
     elif index_num is None:
