@@ -34,9 +34,9 @@ Commitlog records — damage the broker *accepts* (listed again under ``recovery
   ``queue_offset_regression`` (error)   QUEUEOFFSET repeats or goes back (two records, one CQ slot)
   ``queue_offset_gap`` (warning)        QUEUEOFFSET jumps forward
   ``bad_topic`` (error)         empty topic or one holding NUL or '/'
-  ``tx_half_missing`` (warning)  COMMIT/ROLLBACK record whose PREPARED TRANSACTION OFFSET is neither a half
-                              message nor a PREPARED record (4.x store-API transactions); the broker never
-                              reads the field back
+  ``tx_half_missing`` (info)    COMMIT/ROLLBACK record whose PREPARED TRANSACTION OFFSET is neither a half
+                              message nor a PREPARED record (RocketMQ's 4.x store API writes any offset, copies
+                              keep theirs); the broker never reads the field back
   ``tx_half_expired`` (info)    …whose half message lies in a deleted file
   ``repair_filler`` (info)      a ROLLBACK filler written by ``rmqdump repair --salvage filler``
   ``tx_queue_offset`` / ``tx_unexpected_prepared_offset`` (warning)  transaction fields the broker never writes
