@@ -625,10 +625,11 @@ def _index_consistent(path: Path, geo, header) -> bool:
 
 def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                 rebuild_index: bool = False, use_mmap: bool = True, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
-                name_clock=None) -> RepairPlan:
-    """The repair plan for a store (reads only; staged index files go to a temp dir)."""
+                name_clock=None, cq_file_size: int | None = None) -> RepairPlan:
+    """The repair plan for a store (reads only; staged index files go to a temp dir). ``cq_file_size``: the
+    broker's mappedFileSizeConsumeQueue, needed only when no ConsumeQueue file of the store tells it."""
     from .appender import nonzero_span, read_abort, store_geometry
-    from .consumequeue import check_not_rocksdb
+    from .consumequeue import check_not_rocksdb, infer_store_cq_file_size
     from .indexfile import IndexFile, infer_geometry, list_index_files
     from .msgid import format_host
     from .recovery import (
@@ -664,7 +665,8 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     if pred.mode in (MODE_REFUSES, MODE_EMPTY):
         plan.blocked = pred.reason
         return plan
-    geo = store_geometry(root)
+    geo = store_geometry(root, cq_file_size=cq_file_size)
+    cq_size_known = cq_file_size is not None or infer_store_cq_file_size(root) is not None
     X = pred.max_offset
     plan.broker_end = X
 
@@ -757,6 +759,11 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     else:
         plan.changes += _cq_changes(cl, root, states, geo.cq_file_size, pred, end, plan, use_mmap, delay_levels_ms,
                                     filler_offsets, cq_truncation)
+    if not cq_size_known and any(c.op == "create" and c.group == "consumequeue" for c in plan.changes):
+        # a file of another size than the broker's mappedFileSizeConsumeQueue makes its load() fail
+        plan.blocked = ("no ConsumeQueue file of this store tells the broker's ConsumeQueue file size "
+                        "(mappedFileSizeConsumeQueue), and a file of the wrong size stops the broker from "
+                        "starting: pass --cq-file-size (the default is 6000000)")
 
     # -- index -------------------------------------------------------------------------------------------
     files = []
@@ -1581,7 +1588,8 @@ class ApplyResult:
 
 def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                rebuild_index: bool = False, backup_dir: str | os.PathLike | None = None, lock_timeout: float = 1.0,
-               use_mmap: bool = True, name_clock=None) -> tuple[RepairPlan, ApplyResult | None]:
+               use_mmap: bool = True, name_clock=None, cq_file_size: int | None = None
+               ) -> tuple[RepairPlan, ApplyResult | None]:
     """Plan again under the broker's lock, back up, and apply. Returns (plan, result); result is None
     when there was nothing to do."""
     from .appender import ABORT_TAG, read_abort
@@ -1592,6 +1600,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
     with StoreLock(root, timeout=lock_timeout):
         _guard(root)
         plan = plan_repair(root, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
+                           cq_file_size=cq_file_size,
                            use_mmap=use_mmap, name_clock=name_clock)
         try:
             if plan.blocked:

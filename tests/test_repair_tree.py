@@ -90,3 +90,18 @@ def test_undo_refuses_when_a_created_directory_holds_foreign_files(tmp_path):
         undo_backup(tmp_path / "bk")
     assert tree_state(store) == after
     assert json.loads((tmp_path / "bk" / "manifest.json").read_text())["state"] == "applied"
+
+
+def test_repair_refuses_to_guess_the_cq_file_size(tmp_path):
+    """With every ConsumeQueue file gone, nothing in the store tells mappedFileSizeConsumeQueue; a CQ file of
+    the default 6,000,000 bytes made RocketMQ 4.9.8's load() fail ("length not matched message store config
+    value"), so repair refuses until --cq-file-size is given, and then writes files RocketMQ loads."""
+    store = copy_store(FIXTURE, tmp_path / "s")
+    shutil.rmtree(store / "consumequeue")
+    before = tree_state(store)
+    out = run("repair", store, "--apply", "--backup-dir", tmp_path / "bk", "-q")
+    assert out.exit_code == 2 and "--cq-file-size" in out.stderr
+    assert tree_state(store) == before
+    out = run("repair", store, "--apply", "--backup-dir", tmp_path / "bk2", "--cq-file-size", 320, "-q")
+    assert out.exit_code == 0, out.output
+    assert cq_files(store) == cq_files(fixture_dir(FIXTURE) / "store")
