@@ -1,0 +1,144 @@
+"""rmqdump's read commands against RocketMQ's own read-back, on every store of the matrix.
+
+- ``scan`` equals RocketMQ's records field for field;
+- ``verify`` raises no error and no warning on a store RocketMQ wrote and closed cleanly;
+- ``verify`` predicts RocketMQ's recovery: whether ``load()`` succeeds, the commitlog end, each consume
+  queue's end and the index files that survive;
+- ``lookup --key`` finds what ``IndexService.queryOffset`` finds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from rmqdump.cli import cli
+
+from .conftest import BASE_IDS, CLEAN_IDS, STORE_IDS
+from .harness import Built, cq_max_offsets, expected_row
+
+pytestmark = [pytest.mark.oracle]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def verify_doc(store) -> tuple[dict, int]:
+    res = invoke("verify", store, "-f", "json", "-q")
+    assert res.exit_code in (0, 1), res.output
+    return json.loads(res.stdout), res.exit_code
+
+
+def scan_rows(store, *args: str) -> list[dict]:
+    res = invoke("scan", store, "-f", "jsonl", "--body", "base64", "-q", *args)
+    assert res.exit_code in (0, 1), res.output
+    return [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("name", STORE_IDS)
+def test_scan_equals_rocketmq(matrix, name):
+    b: Built = matrix.get(name)
+    if not b.info["load_ok"]:
+        pytest.skip("RocketMQ refuses to load this store; nothing was read back")
+    end = b.info["commitlog_max_offset_after_recovery"]
+    expected = {m["commitLogOffset"]: expected_row(m) for m in b.of("message") if m["commitLogOffset"] < end}
+    got = {r["offset"]: {k: r.get(k) for k in next(iter(expected.values()), {})}
+           for r in scan_rows(b.store, "--keep-going") if r["offset"] < end}
+    assert sorted(got) == sorted(expected), "records found differ"
+    for off, exp in expected.items():
+        assert got[off] == exp, f"record at {off}"
+
+
+@pytest.mark.parametrize("name", CLEAN_IDS)
+def test_verify_no_alarm_on_clean_store(matrix, name):
+    b = matrix.get(name)
+    doc, code = verify_doc(b.store)
+    alarms = [f for f in doc["findings"] if f["severity"] in ("error", "warning")]
+    assert alarms == [], f"false alarms on a store RocketMQ wrote and closed cleanly: {alarms}"
+    assert code == 0
+
+
+def _predicted_cq_max(store, rec: dict) -> dict[tuple[str, int], int]:
+    """Each queue's max offset after the predicted recovery (rmqdump's own CQ reader for the rest)."""
+    res = invoke("cq", store, "-f", "json", "-q")
+    assert res.exit_code in (0, 1), res.output
+    doc = json.loads(res.stdout)
+    queues = {(q["topic"], q["queue_id"]): q["max_offset"] for q in doc["queues"]}
+    for qname, q in rec["dropped_cq_entries"]["queues"].items():
+        topic, qid = qname.rsplit("/", 1)
+        queues[(topic, int(qid))] = q["new_max_offset"]
+    return queues
+
+
+def _redispatch_gap(name: str) -> bool:
+    """Stores where RocketMQ's recovery re-dispatches records into consume queues (4.9.8 and 5.3.3 abnormal
+    recovery call ``doDispatch`` for every record they walk; 5.3.3 also in normal recovery): rmqdump's
+    prediction truncates but does not re-add those entries yet."""
+    abnormal = "-crash" in name or any(d in name for d in ("~zero-cq-tail", "~abort", "~torn-tail", "~props-tail",
+                                                              "~zero-checkpoint", "~delete-last-index"))
+    cq_damage = any(d in name for d in ("~zero-cq-tail", "~delete-cq-file", "~delete-topic-cq"))
+    return (abnormal and cq_damage) or (name.startswith("533-") and cq_damage) or \
+        (name.startswith("533-") and "-crash-no-dispatch" in name)
+
+
+KNOWN_RECOVERY_GAPS = {
+    "redispatch": "rmqdump's recovery model does not re-dispatch consume-queue entries as RocketMQ's abnormal "
+                  "(and 5.3.3's normal) recovery does",
+    "short-single-segment": "a store's only commitlog file, truncated: rmqdump infers the segment size from that "
+                            "file and does not see that load() refuses it",
+}
+
+
+def _recovery_params() -> list:
+    out = []
+    for name in STORE_IDS:
+        marks = []
+        if _redispatch_gap(name):
+            marks.append(pytest.mark.xfail(reason=KNOWN_RECOVERY_GAPS["redispatch"], strict=False))
+        if "-mid-" in name and "-crash" not in name and name.endswith("~truncate-segment"):
+            marks.append(pytest.mark.xfail(reason=KNOWN_RECOVERY_GAPS["short-single-segment"], strict=True))
+        out.append(pytest.param(name, marks=marks, id=name))
+    return out
+
+
+@pytest.mark.parametrize("name", _recovery_params())
+def test_verify_predicts_recovery(matrix, name):
+    b = matrix.get(name)
+    doc, _ = verify_doc(b.store)
+    rec = doc["recovery"]
+    if not b.info["load_ok"]:
+        assert rec["load_errors"], "RocketMQ refuses to load this store; rmqdump predicted a start"
+        return
+    assert not rec["load_errors"], f"rmqdump predicts a refusal RocketMQ does not make: {rec['load_errors']}"
+    assert rec["max_offset"] == b.info["commitlog_max_offset_after_recovery"]
+    # every consume queue ends where RocketMQ's recovery leaves it
+    # ordinary consume queues (BatchConsumeQueue topics are compared by their own tests)
+    bcq = {p.name for p in (b.store / "batchconsumequeue").iterdir()} if (b.store / "batchconsumequeue").is_dir() \
+        else set()
+    expected = {q: n for q, n in cq_max_offsets(b.manifest).items() if n > 0 and q[0] not in bcq}
+    got = {q: n for q, n in _predicted_cq_max(b.store, rec).items() if n > 0}
+    assert got == expected
+    # the index files that survive
+    on_disk = {p.name for p in (b.store / "index").iterdir()} if (b.store / "index").is_dir() else set()
+    deleted = {d["file"] for d in rec["deleted_index_files"]}
+    survivors = {m["file"] for m in b.of("index_file")}
+    assert on_disk - deleted == survivors & on_disk
+
+
+@pytest.mark.parametrize("name", BASE_IDS)
+def test_lookup_equals_index_query(matrix, name):
+    b = matrix.get(name)
+    queries = b.of("index_query")
+    assert queries or not b.of("message")
+    for q in queries[:: max(1, len(queries) // 25)]:
+        res = invoke("lookup", b.store, "--key", q["key"], "--topic", q["topic"], "-f", "jsonl", "-q")
+        assert res.exit_code in (0, 1), res.output
+        got = [json.loads(line)["offset"] for line in res.stdout.splitlines() if line.strip()]
+        want = q["phyOffsets_in_returned_order"]
+        if len(want) < 64:  # RocketMQ caps its answer at 64 hits; rmqdump does not
+            assert sorted(got) == sorted(want), f"{q['topic']}#{q['key']}"
+        else:
+            assert set(want) <= set(got), f"{q['topic']}#{q['key']}"

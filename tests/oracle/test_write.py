@@ -1,0 +1,212 @@
+"""Every byte rmqdump writes, judged by RocketMQ's own ``load()``.
+
+- ``append`` (every message kind, single and bulk, across segment/CQ/index rolls, 4.9.8 and 5.3.3 stores):
+  RocketMQ keeps every acknowledged record, its ConsumeQueue entry and its index entries, and reads back
+  exactly what rmqdump says it wrote;
+- ``repair --apply`` on every damaged store of the matrix (and every salvage mode where damage sits in the
+  middle): RocketMQ loads the result and truncates nothing rmqdump kept;
+- ``repair --rebuild-cq/--rebuild-index --to``: byte-identical to the files RocketMQ wrote for the same
+  records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rmqdump.cli import cli
+
+from .conftest import BASE_IDS, STORE_IDS
+from .harness import Built, cq_entries, cq_max_offsets, expected_row, load, writable_copy
+from .scenarios import LONG127
+from .test_read import _predicted_cq_max, invoke, scan_rows, verify_doc
+
+pytestmark = [pytest.mark.oracle]
+
+SINGLES = [
+    ["--topic", "TopicA", "--queue", "1", "--tags", "TagW", "--keys", "w1", "--keys", "w2", "--property", "p=1",
+     "--body", "written by rmqdump"],
+    ["--topic", "TopicZip", "--compression", "zlib", "--keys", "wz", "--body", "zlib " * 100],
+    ["--topic", "TopicZip", "--compression", "lz4", "--keys", "wl", "--body", "lz4 " * 100],
+    ["--topic", "TopicZip", "--compression", "zstd", "--keys", "wzs", "--body", "zstd " * 100],
+    ["--topic", "TopicTxW", "--transaction", "prepared", "--keys", "wtx", "--body", "prepared"],
+    ["--topic", "TopicTxW", "--transaction", "commit", "--keys", "wtx", "--body", "commit"],
+    ["--topic", "TopicTxW", "--transaction", "rollback", "--keys", "wtx", "--body", "rollback"],
+    ["--topic", "TopicV6", "--born-host", "[2001:db8::9]:4000", "--keys", "w6", "--body", "ipv6 born host"],
+    ["--topic", "TopicV6", "--store-host", "[2001:db8::1]:10911", "--keys", "w6s", "--body", "ipv6 store host"],
+    ["--topic", "主题W", "--keys", "键", "--tags", "标签", "--body", "unicode ✓"],
+    ["--topic", "TopicEmpty", "--body", ""],
+    ["--topic", "TopicRc", "--record-crc", "--keys", "wrc", "--body", "with __CRC32#"],
+    ["--topic", "TopicNoUniq", "--no-uniq-key", "--keys", "wnu", "--body", "no uniq key"],
+    ["--topic", LONG127, "--keys", "w127", "--body", "127-char topic"],
+]
+
+
+def _acks(res) -> list[dict]:
+    assert res.exit_code == 0, res.output
+    return [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+
+
+def judge_written(store: Path, b: Built, acks: list[dict]) -> None:
+    """RocketMQ reads back every acknowledged record, with its CQ entry and index hits."""
+    manifest = load(b.version, store, b.run_args)
+    info = next(m for m in manifest if m["type"] == "store_info")
+    assert info["load_ok"]
+    end = max(a["offset"] + a["size"] for a in acks)
+    assert info["commitlog_max_offset_after_recovery"] == end, "RocketMQ's recovery cut acknowledged records"
+    msgs = {m["commitLogOffset"]: m for m in manifest if m["type"] == "message"}
+    rows = {r["offset"]: r for r in scan_rows(store)}
+    cq = cq_entries(manifest)
+    hits: dict[tuple[str, str], set[int]] = {}
+    for q in manifest:
+        if q["type"] == "index_query":
+            hits.setdefault((q["topic"], q["key"]), set()).update(q["phyOffsets_in_returned_order"])
+    for a in acks:
+        off = a["offset"]
+        assert off in msgs, f"acknowledged record at {off} not read back by RocketMQ"
+        exp = expected_row(msgs[off])
+        assert {k: rows[off].get(k) for k in exp} == exp, f"record at {off} reads back differently"
+        m = msgs[off]
+        if m["tranType"] in (0, 8):  # prepared and rollback records get no ConsumeQueue entry
+            assert cq.get((m["topic"], m["queueId"], m["queueOffset"]), (None,))[0] == off, f"no CQ entry for {off}"
+        if m["tranType"] != 12:  # rollback records are not indexed
+            for key in [*(m["keys"] or "").split(" "), m["uniqKey"]]:
+                if key:
+                    assert off in hits.get((m["topic"], key), set()), f"{m['topic']}#{key} misses {off}"
+    before = {(f["kind"], f["offset"]) for f in verify_doc(b.store)[0]["findings"]
+              if f["severity"] in ("error", "warning")}
+    doc, _ = verify_doc(store)
+    alarms = [f for f in doc["findings"]
+              if f["severity"] in ("error", "warning") and (f["kind"], f["offset"]) not in before]
+    assert alarms == [], "verify raises alarms the store did not have before rmqdump wrote to it"
+
+
+APPEND_BASES = [n for n in BASE_IDS if n.endswith("-plain-clean") or n.endswith("-everything-crash")]
+
+
+@pytest.mark.parametrize("name", APPEND_BASES)
+def test_append_singles_read_back_by_rocketmq(matrix, name, tmp_path):
+    b = matrix.get(name)
+    store = writable_copy(b, tmp_path / "store")
+    acks = []
+    for args in SINGLES:
+        acks += _acks(invoke("append", store, *args, "-f", "jsonl", "-q", "--force"))
+    judge_written(store, b, acks)
+
+
+@pytest.mark.parametrize("name", [n for n in BASE_IDS if n.endswith("-plain-clean")])
+def test_append_bulk_copy_read_back_by_rocketmq(matrix, name, tmp_path):
+    """``scan A | append B --jsonl -`` of every record of the "everything" store: rolls segments, CQ and
+    index files in the small geometry."""
+    b = matrix.get(name)
+    source = matrix.get(name.replace("-plain-", "-everything-"))
+    store = writable_copy(b, tmp_path / "store")
+    src_rows = invoke("scan", source.store, "-f", "jsonl", "--body", "base64", "-q").stdout
+    # inner-batch records of BatchCQ topics are refused by design (rmqdump writes no BatchConsumeQueue units)
+    src_rows = "".join(line + "\n" for line in src_rows.splitlines() if json.loads(line)["topic"] != "BCQ")
+    version = ["--broker-version", "5"] if b.version == "533" else []  # the operator knows the broker
+    res = CliRunner().invoke(cli, ["append", str(store), "--jsonl", "-", "-f", "jsonl", "-q", "--batch-bytes", "2048",
+                                   *version], input=src_rows, catch_exceptions=False)
+    acks = _acks(res)
+    assert len(acks) == len(src_rows.splitlines())
+    judge_written(store, b, acks)
+
+
+MID_DAMAGE = ("flip-body", "magic-mid", "totalsize-mid")
+KNOWN_REPAIR_GAPS = {
+    "filler": "--salvage filler/recrc leaves the damaged record's ConsumeQueue entry pointing at the filler "
+              "(cq_entry_wrong_queue; documented)",
+    "cq-hole": "a deleted ConsumeQueue file before kept ones (small geometry): repair leaves its entries "
+               "missing (cq_entry_missing)",
+    "crc-first-file": "CRC damage in a file normal recovery does not check: the broker keeps the record, verify "
+                      "calls its ConsumeQueue entry dangling after repair",
+    "short-single-segment": "a store's only commitlog file, truncated: rmqdump takes its size for the segment "
+                            "size and RocketMQ's load() refuses the repaired store",
+}
+
+
+def _repair_params() -> list:
+    out = []
+    for name in (n for n in STORE_IDS if "~" in n):
+        for salvage in ("truncate", "filler", "recrc"):
+            if salvage != "truncate" and not any(d in name for d in MID_DAMAGE):
+                continue  # salvage modes differ only where intact records follow damage
+            marks = []
+            if salvage != "truncate":
+                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["filler"], strict=False))
+            if "-mid-" in name and "-crash" not in name and name.endswith("~truncate-segment"):
+                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["short-single-segment"], strict=True))
+            if name.endswith("~flip-body-first-file") and salvage == "truncate":
+                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["crc-first-file"], strict=False))
+            if "-small-" in name and name.endswith(("~delete-cq-file", "~delete-topic-cq")):
+                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["cq-hole"], strict=False))
+            out.append(pytest.param(name, salvage, marks=marks, id=f"{name}-{salvage}"))
+    return out
+
+
+#: damage the broker itself accepts and no repair can undo without losing the message: properties torn
+#: (and the index entries of the keys they held), a body CRC in a file normal recovery does not check
+UNREPAIRABLE_CONTENT = {"torn_properties", "index_key_mismatch", "body_crc"}
+
+
+@pytest.mark.parametrize("name,salvage", _repair_params())
+def test_repair_result_loaded_by_rocketmq(matrix, name, salvage, tmp_path):
+    b = matrix.get(name)
+    store = writable_copy(b, tmp_path / "store")
+    res = invoke("repair", store, "--apply", "--salvage", salvage, "--backup-dir", tmp_path / "backup", "-f", "json",
+                 "--cq-file-size", b.settings["mappedFileSizeConsumeQueue"], "-q")
+    assert res.exit_code in (0, 2), res.output
+    if res.exit_code == 2:
+        pytest.skip(f"repair refuses: {res.stderr.strip()[:200]}")
+    doc, _ = verify_doc(store)
+    errors = [f for f in doc["findings"] if f["severity"] == "error" and f["kind"] not in UNREPAIRABLE_CONTENT]
+    assert errors == [], "verify still finds errors after repair --apply"
+    rec = doc["recovery"]
+    manifest = load(b.version, store, b.run_args)
+    info = next(m for m in manifest if m["type"] == "store_info")
+    assert info["load_ok"], "RocketMQ refuses to load the repaired store"
+    assert rec["dropped_records"]["count"] == 0
+    assert info["commitlog_max_offset_after_recovery"] == rec["max_offset"], "RocketMQ cuts what repair kept"
+    kept = {r["offset"] for r in scan_rows(store)}
+    read = {m["commitLogOffset"] for m in manifest if m["type"] == "message"}
+    assert kept == read
+    bcq = {p.name for p in (store / "batchconsumequeue").iterdir()} if (store / "batchconsumequeue").is_dir() \
+        else set()
+    expected = {q: n for q, n in cq_max_offsets(manifest).items() if n > 0 and q[0] not in bcq}
+    got = {q: n for q, n in _predicted_cq_max(store, rec).items() if n > 0}
+    assert got == expected
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _rebuild_params() -> list:
+    out = []
+    for name in (n for n in BASE_IDS if n.endswith("-clean")):
+        for what in ("cq", "index"):
+            marks = []
+            if what == "cq" and "-lmq-" in name:
+                marks.append(pytest.mark.xfail(reason="--rebuild-cq does not multi-dispatch into %LMQ% queues",
+                                               strict=True))
+            out.append(pytest.param(name, what, marks=marks, id=f"{what}-{name}"))
+    return out
+
+
+@pytest.mark.parametrize("name,what", _rebuild_params())
+def test_rebuild_byte_identical_to_rocketmq(matrix, name, what, tmp_path):
+    b = matrix.get(name)
+    res = invoke("repair", b.store, f"--rebuild-{what}", "--to", tmp_path / "out", "-q")
+    assert res.exit_code == 0, res.output
+    sub = {"cq": "consumequeue", "index": "index"}[what]
+    rebuilt = _files(tmp_path / "out" / sub)
+    original = _files(b.store / sub)
+    if what == "index":  # index files are named by the wall clock at creation: compare them in order
+        assert list(rebuilt.values()) == list(original.values()), "index files differ from RocketMQ's"
+        return
+    assert sorted(rebuilt) == sorted(original)
+    for rel, data in original.items():
+        assert rebuilt[rel] == data, f"{sub}/{rel} differs from RocketMQ's"
