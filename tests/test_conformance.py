@@ -7,37 +7,13 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from oracle.harness import expected_row
 
 from conftest import manifest, real_store
 from rmqdump.cli import cli
 from rmqdump.commitlog import CommitLog
 from rmqdump.encoder import encode_message
 from rmqdump.record import Blank, Message
-
-TRANSACTION = {0: "none", 4: "prepared", 8: "commit", 12: "rollback"}
-
-
-def host(java: str) -> str:
-    ip, port = java.split("|")
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
-
-
-def expected_row(m: dict) -> dict:
-    """The manifest's message line, in rmqdump's JSONL schema."""
-    keys = [k for k in (m["keys"] or "").split(" ") if k]
-    return {
-        "offset": m["commitLogOffset"], "file": m["file"], "file_pos": m["filePos"], "size": m["storeSize"],
-        "magic": {"0xDAA320A7": "v1", "0xDAA320AB": "v2"}[m["magicCode"]], "body_crc": m["bodyCRC"],
-        "queue_id": m["queueId"], "flag": m["flag"], "queue_offset": m["queueOffset"],
-        "physical_offset": m["physicalOffsetField"], "sys_flag": m["sysFlag"],
-        "transaction": TRANSACTION[m["tranType"]], "compression": "zlib" if m["compressed"] else "none",
-        "born_timestamp": m["bornTimestamp"], "born_host": host(m["bornHost"]),
-        "store_timestamp": m["storeTimestamp"], "store_host": host(m["storeHost"]),
-        "reconsume_times": m["reconsumeTimes"], "prepared_transaction_offset": m["preparedTransactionOffset"],
-        "topic": m["topic"], "properties": m["properties"], "keys": keys, "tags": m["tags"],
-        "uniq_key": m["uniqKey"], "msg_id": m["msgId_offset"], "tags_code": m["dispatch_tagsCode"],
-        "body_length": m["bodyLength"], "body": m["body_b64"],
-    }
 
 
 def scan_jsonl(path, *args) -> tuple[list[dict], str, int]:
