@@ -139,6 +139,7 @@ def test_lookup_equals_index_query(matrix, name):
         got = [json.loads(line)["offset"] for line in res.stdout.splitlines() if line.strip()]
         want = q["phyOffsets_in_returned_order"]
         if len(want) < 64:  # RocketMQ caps its answer at 64 hits; rmqdump does not
-            assert sorted(got) == sorted(want), f"{q['topic']}#{q['key']}"
+            # a record indexed twice (abnormal recovery re-dispatches what the index already held) is one hit
+            assert sorted(got) == sorted(set(want)), f"{q['topic']}#{q['key']}"
         else:
             assert set(want) <= set(got), f"{q['topic']}#{q['key']}"
