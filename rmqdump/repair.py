@@ -665,8 +665,9 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     if pred.mode in (MODE_REFUSES, MODE_EMPTY):
         plan.blocked = pred.reason
         return plan
+    cq_file_size = cq_file_size if cq_file_size is not None else infer_store_cq_file_size(root)
+    cq_size_known = cq_file_size is not None
     geo = store_geometry(root, cq_file_size=cq_file_size)
-    cq_size_known = cq_file_size is not None or infer_store_cq_file_size(root) is not None
     X = pred.max_offset
     plan.broker_end = X
 

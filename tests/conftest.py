@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from oracle.harness import writable_copy
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -32,10 +32,6 @@ def store_copy(tmp_path):
     """Return a function copying a real store into a writable temp dir."""
 
     def _copy(name: str) -> Path:
-        dst = tmp_path / name
-        shutil.copytree(real_store(name), dst)
-        for p in [dst, *dst.rglob("*")]:
-            p.chmod(0o755 if p.is_dir() else 0o644)
-        return dst
+        return writable_copy(real_store(name), tmp_path / name)
 
     return _copy

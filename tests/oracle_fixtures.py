@@ -6,15 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from oracle.harness import load, unavailable_reason, writable_copy
 
 REPO = Path(__file__).resolve().parents[1]
 ORACLE_FIXTURES = REPO / "fixtures" / "oracle"
-ORACLE = REPO.parent / "shared" / "oracle"
 
 
 def fixture_dir(name: str) -> Path:
@@ -33,10 +31,7 @@ def fixture_manifest(name: str) -> list[dict]:
 
 def copy_store(name: str, dst: Path) -> Path:
     """A writable copy of ``fixtures/oracle/<name>/store``."""
-    shutil.copytree(fixture_dir(name) / "store", dst)
-    for p in [dst, *dst.rglob("*")]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
-    return dst
+    return writable_copy(fixture_dir(name) / "store", dst)
 
 
 def tree_state(root: Path) -> dict[str, str]:
@@ -54,15 +49,9 @@ def tree_state(root: Path) -> dict[str, str]:
 
 def oracle_run(version: str, store: Path, tmp_path: Path, args: list[str]) -> list[dict]:
     """RocketMQ ``<version>/run`` on a COPY of ``store``; skips when the oracle or java is missing."""
-    run = ORACLE / version / "run"
-    if not run.exists():
-        pytest.skip(f"RocketMQ oracle {run} is not beside the checkout")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("no java for the RocketMQ oracle")
-    n = len(list(tmp_path.glob("oracle-copy-*")))
-    copy = tmp_path / f"oracle-copy-{n}"
-    shutil.copytree(store, copy)
-    out = tmp_path / f"oracle-out-{n}.jsonl"
-    res = subprocess.run([str(run), str(copy), str(out), *args], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines() if line.strip()]
+    reason = unavailable_reason(version)
+    if reason:
+        pytest.skip(reason)
+    manifest = load(version, store, args)
+    assert next(m for m in manifest if m["type"] == "store_info")["load_ok"], "RocketMQ's load() refused the store"
+    return manifest

@@ -12,12 +12,11 @@ complaint by RocketMQ (``run``: ``manifest.jsonl``); rmqdump must not call any o
 
 from __future__ import annotations
 
-import json
-import shutil
 import struct
 
 import pytest
 from click.testing import CliRunner
+from oracle_fixtures import copy_store, fixture_manifest
 
 from conftest import FIXTURES
 from rmqdump import fastwalk
@@ -35,21 +34,10 @@ def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def manifest(name: str) -> list[dict]:
-    return [json.loads(line) for line in (ORACLE / name / "manifest.jsonl").read_text("utf-8").splitlines()
-            if line.strip()]
-
-
 @pytest.fixture
 def oracle_store(tmp_path):
     """A writable copy of fixtures/oracle/NAME/store (nothing may write into the fixture)."""
-
-    def _copy(name: str):
-        dst = tmp_path / name
-        shutil.copytree(ORACLE / name / "store", dst)
-        return dst
-
-    return _copy
+    return lambda name: copy_store(name, tmp_path / name)
 
 
 def findings(report) -> list[tuple[str, str, int | None]]:
@@ -67,7 +55,7 @@ def patch(path, pos: int, data: bytes) -> None:
 
 def test_old_style_transactions_ipv6_hosts_and_no_config_are_healthy(oracle_store):
     store = oracle_store("498-healthy-tx-v6")
-    msgs = {m["commitLogOffset"]: m for m in manifest("498-healthy-tx-v6") if m["type"] == "message"}
+    msgs = {m["commitLogOffset"]: m for m in fixture_manifest("498-healthy-tx-v6") if m["type"] == "message"}
     # what RocketMQ read back: COMMIT at 532 and ROLLBACK at 919 point at their PREPARED records
     assert msgs[532]["preparedTransactionOffset"] == 344 and msgs[344]["tranType"] == 4
     assert msgs[919]["preparedTransactionOffset"] == 730 and msgs[730]["tranType"] == 4
@@ -103,7 +91,7 @@ def test_compiled_verify_matches_pure_on_healthy_oracle_stores(name, oracle_stor
 
 def test_batch_cq_units_count_as_dispatch_in_verify(oracle_store):
     store = oracle_store("533-healthy-bcq")
-    units = [m for m in manifest("533-healthy-bcq") if m["type"] == "batch_cq_entry"]
+    units = [m for m in fixture_manifest("533-healthy-bcq") if m["type"] == "batch_cq_entry"]
     assert {(u["topic"], u["queueId"], u["commitLogOffset"]) for u in units} == \
         {("BCQ", 0, 0), ("BCQ", 0, 677), ("BCQ", 1, 1095)}
     r = verify_store(store)
@@ -161,7 +149,7 @@ def test_rebuild_cq_leaves_batch_topics_alone_and_says_so(oracle_store, tmp_path
 def test_lmq_queue_entries_are_not_wrong_queue(oracle_store):
     store = oracle_store("498-healthy-lmq")
     entries = {(m["topic"], m["queueOffset"]): m["commitLogOffset"]
-               for m in manifest("498-healthy-lmq") if m["type"] == "cq_entry"}
+               for m in fixture_manifest("498-healthy-lmq") if m["type"] == "cq_entry"}
     assert entries[("%LMQ%room1", 0)] == 142 and entries[("%LMQ%room1", 1)] == 486
     assert entries[("%LMQ%room2", 0)] == 486
     for topic, qoff in (("%LMQ%room1", 0), ("%LMQ%room1", 1), ("%LMQ%room2", 0)):

@@ -145,7 +145,6 @@ class Built:
     statuses: list[dict]
     manifest: list[dict]
     run_args: list[str]
-    damaged: bool = False
     ending: str = "clean"
     settings: dict = field(default_factory=dict)
 
@@ -233,13 +232,13 @@ def build_variant(base: Built, name: str, mutations: list[Mutation]) -> Built:
             (tmp / "manifest.jsonl").write_text("".join(json.dumps(m) + "\n" for m in manifest))
         _atomic_dir(final, make)
     return Built(f"{base.name}~{name}", base.version, final / "store", base.statuses,
-                 read_jsonl(final / "manifest.jsonl"), base.run_args, damaged=True, ending=base.ending,
+                 read_jsonl(final / "manifest.jsonl"), base.run_args, ending=base.ending,
                  settings=base.settings)
 
 
-def writable_copy(built: Built, dest: Path) -> Path:
-    """A copy of ``built.store`` that tests may write to."""
-    shutil.copytree(built.store, dest, symlinks=True)
+def writable_copy(src: Built | Path, dest: Path) -> Path:
+    """A copy of a store (a :class:`Built`'s or any directory) that tests may write to."""
+    shutil.copytree(src.store if isinstance(src, Built) else src, dest, symlinks=True)
     for p in [dest, *dest.rglob("*")]:
         if not p.is_symlink():
             p.chmod(0o755 if p.is_dir() else 0o644)
@@ -279,6 +278,12 @@ def expected_row(m: dict) -> dict:
         "uniq_key": m["uniqKey"], "msg_id": m["msgId_offset"], "tags_code": m["dispatch_tagsCode"],
         "body_length": m["bodyLength"], "body": m["body_b64"],
     }
+
+
+def batch_cq_topics(store: Path) -> set[str]:
+    """Topics with a 5.x ``batchconsumequeue/`` directory (their queues are not in ``consumequeue/``)."""
+    d = store / "batchconsumequeue"
+    return {p.name for p in d.iterdir()} if d.is_dir() else set()
 
 
 def cq_entries(manifest: list[dict]) -> dict[tuple[str, int, int], tuple[int, int, int]]:

@@ -180,10 +180,6 @@ def all_bases() -> list[Base]:
 
 # --- damage --------------------------------------------------------------------------------------------
 
-def _messages(b: Built) -> list[dict]:
-    return [m for m in b.of("message")]
-
-
 def _seg_size(b: Built) -> int:
     return int(b.settings["mappedFileSizeCommitLog"])
 
@@ -199,7 +195,7 @@ def _body_pos(m: dict) -> int:
 
 
 def _last_segment_msgs(b: Built) -> list[dict]:
-    msgs = _messages(b)
+    msgs = b.of("message")
     if not msgs:
         return []
     last = msgs[-1]["file"]
@@ -207,7 +203,7 @@ def _last_segment_msgs(b: Built) -> list[dict]:
 
 
 def dmg_torn_tail(b: Built) -> list[Mutation] | None:
-    msgs = _messages(b)
+    msgs = b.of("message")
     if not msgs:
         return None
     m = msgs[-1]
@@ -224,7 +220,7 @@ def dmg_flip_body_mid(b: Built) -> list[Mutation] | None:
 
 
 def dmg_flip_body_first_file(b: Built) -> list[Mutation] | None:
-    msgs = _messages(b)
+    msgs = b.of("message")
     files = sorted({m["file"] for m in msgs})
     if len(files) < 5:
         return None
@@ -234,7 +230,7 @@ def dmg_flip_body_first_file(b: Built) -> list[Mutation] | None:
 
 
 def dmg_truncate_segment(b: Built) -> list[Mutation] | None:
-    msgs = _messages(b)
+    msgs = b.of("message")
     if not msgs:
         return None
     m = msgs[-1]
@@ -259,7 +255,7 @@ def dmg_magic_mid(b: Built) -> list[Mutation] | None:
 
 
 def dmg_props_tail(b: Built) -> list[Mutation] | None:
-    msgs = [m for m in _messages(b) if m["propertiesLength"] >= 40]
+    msgs = [m for m in b.of("message") if m["propertiesLength"] >= 40]
     if not msgs:
         return None
     m = msgs[-1]

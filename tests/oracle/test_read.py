@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from rmqdump.cli import cli
 
 from .conftest import BASE_IDS, CLEAN_IDS, STORE_IDS
-from .harness import Built, cq_max_offsets, expected_row
+from .harness import Built, batch_cq_topics, cq_max_offsets, expected_row
 
 pytestmark = [pytest.mark.oracle]
 
@@ -116,8 +116,7 @@ def test_verify_predicts_recovery(matrix, name):
     assert rec["max_offset"] == b.info["commitlog_max_offset_after_recovery"]
     # every consume queue ends where RocketMQ's recovery leaves it
     # ordinary consume queues (BatchConsumeQueue topics are compared by their own tests)
-    bcq = {p.name for p in (b.store / "batchconsumequeue").iterdir()} if (b.store / "batchconsumequeue").is_dir() \
-        else set()
+    bcq = batch_cq_topics(b.store)
     expected = {q: n for q, n in cq_max_offsets(b.manifest).items() if n > 0 and q[0] not in bcq}
     got = {q: n for q, n in _predicted_cq_max(b.store, rec).items() if n > 0}
     assert got == expected

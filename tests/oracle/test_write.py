@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from rmqdump.cli import cli
 
 from .conftest import BASE_IDS, STORE_IDS
-from .harness import Built, cq_entries, cq_max_offsets, expected_row, load, writable_copy
+from .harness import Built, batch_cq_topics, cq_entries, cq_max_offsets, expected_row, load, writable_copy
 from .scenarios import LONG127
 from .test_read import _predicted_cq_max, invoke, scan_rows, verify_doc
 
@@ -173,8 +173,7 @@ def test_repair_result_loaded_by_rocketmq(matrix, name, salvage, tmp_path):
     kept = {r["offset"] for r in scan_rows(store)}
     read = {m["commitLogOffset"] for m in manifest if m["type"] == "message"}
     assert kept == read
-    bcq = {p.name for p in (store / "batchconsumequeue").iterdir()} if (store / "batchconsumequeue").is_dir() \
-        else set()
+    bcq = batch_cq_topics(store)
     expected = {q: n for q, n in cq_max_offsets(manifest).items() if n > 0 and q[0] not in bcq}
     got = {q: n for q, n in _predicted_cq_max(store, rec).items() if n > 0}
     assert got == expected
