@@ -24,7 +24,10 @@ Steps of :func:`predict_recovery`:
 6. truncation: the file holding ``processOffset`` ends there, later files are deleted, and
    if ``maxPhyOffsetOfConsumeQueue >= processOffset`` every consume queue loses its entries
    at or after it;
-7. abnormal only: index files whose endTimestamp > checkpoint indexMsgTimestamp are
+7. re-dispatch (:mod:`rmqdump.redispatch`): abnormal recovery hands every walked record to the
+   consume queues (5.3.3's normal recovery those after ``maxPhyOffsetOfConsumeQueue``); queues
+   gain the entries they lack;
+8. abnormal only: index files whose endTimestamp > checkpoint indexMsgTimestamp are
    deleted, and the re-dispatch from the start file rebuilds entries only from there.
 """
 
@@ -49,6 +52,7 @@ from .format import (
     STORE_COMMITLOG_DIR,
 )
 from .record import BAD_BLANK, BAD_MAGIC, END_OF_DATA, TRUNCATED, Blank, Invalid, Message
+from .redispatch import QueueRedispatch, redispatch
 from .segment import Segment, parse_file_name
 from .store import Store
 
@@ -566,6 +570,7 @@ class RecoveryPrediction:
     max_phy_offset_of_consume_queue: int = -1
     cq_truncated: bool = False
     queues: list[QueueTruncation] = field(default_factory=list)
+    redispatched: list[QueueRedispatch] = field(default_factory=list)
     dropped: DroppedRecords = field(default_factory=DroppedRecords)
     deleted_index_files: list[dict] = field(default_factory=list)
     lost_index_range: tuple[int, int] | None = None
@@ -576,6 +581,10 @@ class RecoveryPrediction:
     @property
     def dropped_cq_entries(self) -> int:
         return sum(q.count for q in self.queues)
+
+    @property
+    def redispatched_cq_entries(self) -> int:
+        return sum(q.count for q in self.redispatched)
 
     def to_dict(self) -> dict:
         stop = self.walk.stop if self.walk else None
@@ -601,6 +610,10 @@ class RecoveryPrediction:
                                      "new_max_offset": min(q.new_end, q.dropped[0][0]),
                                      "commitlog_offsets": [o for _, o in q.dropped[:100]]}
                            for q in self.queues if q.count},
+            },
+            "redispatched_cq_entries": {
+                "count": self.redispatched_cq_entries,
+                "queues": {q.queue: q.to_dict() for q in self.redispatched},
             },
             "deleted_index_files": self.deleted_index_files,
             "lost_index_range": None if self.lost_index_range is None else list(self.lost_index_range),
@@ -671,6 +684,12 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         qt = cq_truncation(st, walk.process_offset, pred.cq_truncated)
         if qt.count:
             pred.queues.append(qt)
+    if abnormal or version == VERSION_53:
+        from .consumequeue import batch_cq_topics
+
+        bcq = batch_cq_topics(store.root) if version == VERSION_53 and store.root is not None else frozenset()
+        pred.redispatched = redispatch(cl, queue_states, start_index=start, end_offset=walk.process_offset,
+                                       after=-1 if abnormal else max_phy_cq, batch_topics=bcq, use_mmap=use_mmap)
     if list_dropped:
         pred.dropped = dropped_records(cl, walk.process_offset, use_mmap=use_mmap, list_limit=list_limit)
     idx, idx_notes = index_deletions(store, checkpoint, abnormal)

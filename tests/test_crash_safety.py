@@ -91,6 +91,7 @@ def run_forked(store: Path, batch: int) -> tuple[int, callable]:
     os.close(wfd)
     chunks: list[bytes] = []
     first_ack: list[float] = []
+    acked = [0]
 
     def drain() -> None:  # keep the pipe empty so the child never blocks on an acknowledgement
         while True:
@@ -100,6 +101,7 @@ def run_forked(store: Path, batch: int) -> tuple[int, callable]:
             if not chunks:
                 first_ack.append(time.monotonic())
             chunks.append(chunk)
+            acked[0] += chunk.count(b"\n")
         os.close(rfd)
 
     reader = threading.Thread(target=drain, daemon=True)
@@ -111,7 +113,23 @@ def run_forked(store: Path, batch: int) -> tuple[int, callable]:
         assert not reader.is_alive(), "the acknowledgement pipe was not closed"
         return b"".join(chunks).decode().split("\n")[:-1]  # a line cut by the kill has no newline: not an ack
 
+    read.acked = lambda: acked[0]
     return pid, read
+
+
+def kill_after(pid: int, read, acks: int, jitter: float) -> int:
+    """SIGKILL the child once it has acknowledged ``acks`` records (0: at once), ``jitter`` seconds later;
+    returns its wait status. Progress, not wall-clock time, picks the point: a slow machine still
+    gets its kills inside the write phase."""
+    deadline = time.monotonic() + 120
+    while read.acked() < acks and time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.0005)
+    time.sleep(jitter)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
 
 
 def check_store(store: Path, acks: list[tuple[int, ...]], full: bool) -> None:
@@ -167,10 +185,11 @@ def test_kill9_at_random_points_then_repair(workdir):
         store = workdir / f"s{n}"
         shutil.copytree(base, store)
         pid, read = run_forked(store, rng.choice((2048, 8192, 32768)))
-        # mostly inside the write phase, some during start-up
-        time.sleep(rng.uniform(0, writing_from) if n % 8 == 7 else rng.uniform(0.7 * writing_from, 0.9 * duration))
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        # mostly inside the write phase (after a random number of acknowledgements), some during start-up
+        if n % 8 == 7:
+            status = kill_after(pid, read, 0, rng.uniform(0, writing_from))
+        else:
+            status = kill_after(pid, read, rng.randrange(1, RECORDS - 20), rng.uniform(0, 0.003))
         acks = [_parse(x) for x in read()]
         if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL:
             killed += 1

@@ -131,6 +131,10 @@ def render_report(console: Console, doc: dict) -> None:
             t.add_row("dropped CQ entries", Text(_safe(f"{cq['count']}: {qs}"), style="red"))
         else:
             t.add_row("dropped CQ entries", _t("none"))
+        rd = rec.get("redispatched_cq_entries") or {"count": 0}
+        if rd["count"]:
+            qs = ", ".join(f"{k} +{v['count']}" for k, v in sorted(rd["queues"].items()))
+            t.add_row("re-dispatched CQ entries", _t(f"{rd['count']}: {qs}"))
         if rec["deleted_index_files"]:
             t.add_row("deleted index files", _t(", ".join(f"{f['file']} ({f['entries']} entries)"
                                                           for f in rec["deleted_index_files"])))

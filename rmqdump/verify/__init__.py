@@ -78,6 +78,8 @@ Checkpoint, config, abort, lock:
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail
+  ``recovery_misplaces_cq_entries`` (warning)  recovery's re-dispatch would write entries at other queue
+  offsets than their records' (5.3.3 normal recovery after lost consume-queue files)
   ``recovery_unpredictable`` (warning)  the prediction could not be made
 
 The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
@@ -87,7 +89,9 @@ The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
                  dropped_records: {count, intact, damaged, bytes, first_offset, offsets, offsets_truncated,
                  topics, damaged_ranges}, max_phy_offset_of_consume_queue, cq_truncated,
                  dropped_cq_entries: {count, queues: {"topic/qid": {count, from_queue_offset, new_max_offset,
-                 commitlog_offsets}}}, deleted_index_files: [{file, end_timestamp, begin_phy_offset,
+                 commitlog_offsets}}}, redispatched_cq_entries: {count, queues: {"topic/qid": {count,
+                 from_queue_offset, new_max_offset, created, commitlog_offsets, misplaced, first_misplaced}}},
+                 deleted_index_files: [{file, end_timestamp, begin_phy_offset,
                  end_phy_offset, entries}], lost_index_range, load_errors, notes, accepted_damaged,
                  unchecked_damage, version_notes}``
   ``salvage``    with ``--keep-going``: ``{first_damage, intact_records_after_damage, first_intact_offsets,
@@ -399,6 +403,14 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 report.accepted_damaged.append({"offset": f.offset, "kind": f.kind, "file": f.file})
             elif f.severity == ERROR and f.offset < lo and (f.kind in STOP_KINDS or f.kind in ACCEPTED_KINDS):
                 report.unchecked_damage.append({"offset": f.offset, "kind": f.kind, "file": f.file})
+        for q in pred.redispatched:
+            if q.misplaced:
+                off, want, at = q.first_misplaced
+                findings.append(Finding(
+                    WARNING, "recovery_misplaces_cq_entries", f"consumequeue/{q.queue}", off,
+                    f"{pred.mode} recovery would re-dispatch {q.misplaced} record(s) of {q.queue} at other queue "
+                    f"offsets (the record at {off}, queue offset {want}, lands at {at}): consumers skip or "
+                    "re-read messages there; rebuild the queue (repair) before the broker starts"))
         if pred.mode == MODE_REFUSES:
             findings.append(Finding(ERROR, "recovery_refuses_start", None, None, pred.reason))
         elif pred.dropped.count or pred.deleted_commitlog_files and pred.dropped.bytes:
@@ -474,6 +486,9 @@ def _version_notes(a: RecoveryPrediction, b: RecoveryPrediction) -> list[str]:
         out.append(f"{b.version}: the walk would start at {b.start_file} instead of {a.start_file}")
     if a.max_offset != b.max_offset:
         out.append(f"{b.version}: the commitlog would end at {b.max_offset} instead of {a.max_offset}")
+    if a.redispatched_cq_entries != b.redispatched_cq_entries:
+        out.append(f"{b.version}: recovery would re-dispatch {b.redispatched_cq_entries} consume-queue entries "
+                   f"instead of {a.redispatched_cq_entries}")
     if b.version == VERSION_53 and a.mode == "normal":
         out.append("5.0.0–5.3.1 start normal recovery at the third-from-last file like 4.9 but do not back-fill "
                    "consume queues after a clean restart")

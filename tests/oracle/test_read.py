@@ -26,8 +26,8 @@ def invoke(*args: str):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def verify_doc(store) -> tuple[dict, int]:
-    res = invoke("verify", store, "-f", "json", "-q")
+def verify_doc(store, *args: str) -> tuple[dict, int]:
+    res = invoke("verify", store, "-f", "json", "-q", *args)
     assert res.exit_code in (0, 1), res.output
     return json.loads(res.stdout), res.exit_code
 
@@ -70,23 +70,13 @@ def _predicted_cq_max(store, rec: dict) -> dict[tuple[str, int], int]:
     for qname, q in rec["dropped_cq_entries"]["queues"].items():
         topic, qid = qname.rsplit("/", 1)
         queues[(topic, int(qid))] = q["new_max_offset"]
+    for qname, q in rec["redispatched_cq_entries"]["queues"].items():
+        topic, qid = qname.rsplit("/", 1)
+        queues[(topic, int(qid))] = q["new_max_offset"]
     return queues
 
 
-def _redispatch_gap(name: str) -> bool:
-    """Stores where RocketMQ's recovery re-dispatches records into consume queues (4.9.8 and 5.3.3 abnormal
-    recovery call ``doDispatch`` for every record they walk; 5.3.3 also in normal recovery): rmqdump's
-    prediction truncates but does not re-add those entries yet."""
-    abnormal = "-crash" in name or any(d in name for d in ("~zero-cq-tail", "~abort", "~torn-tail", "~props-tail",
-                                                              "~zero-checkpoint", "~delete-last-index"))
-    cq_damage = any(d in name for d in ("~zero-cq-tail", "~delete-cq-file", "~delete-topic-cq"))
-    return (abnormal and cq_damage) or (name.startswith("533-") and cq_damage) or \
-        (name.startswith("533-") and "-crash-no-dispatch" in name)
-
-
 KNOWN_RECOVERY_GAPS = {
-    "redispatch": "rmqdump's recovery model does not re-dispatch consume-queue entries as RocketMQ's abnormal "
-                  "(and 5.3.3's normal) recovery does",
     "short-single-segment": "a store's only commitlog file, truncated: rmqdump infers the segment size from that "
                             "file and does not see that load() refuses it",
 }
@@ -96,8 +86,6 @@ def _recovery_params() -> list:
     out = []
     for name in STORE_IDS:
         marks = []
-        if _redispatch_gap(name):
-            marks.append(pytest.mark.xfail(reason=KNOWN_RECOVERY_GAPS["redispatch"], strict=False))
         if "-mid-" in name and "-crash" not in name and name.endswith("~truncate-segment"):
             marks.append(pytest.mark.xfail(reason=KNOWN_RECOVERY_GAPS["short-single-segment"], strict=True))
         out.append(pytest.param(name, marks=marks, id=name))
@@ -107,7 +95,8 @@ def _recovery_params() -> list:
 @pytest.mark.parametrize("name", _recovery_params())
 def test_verify_predicts_recovery(matrix, name):
     b = matrix.get(name)
-    doc, _ = verify_doc(b.store)
+    # the user names their broker: a 5.3.3 store need not hold anything only 5.x writes
+    doc, _ = verify_doc(b.store, "--broker-version", "5.3" if b.version == "533" else "auto")
     rec = doc["recovery"]
     if not b.info["load_ok"]:
         assert rec["load_errors"], "RocketMQ refuses to load this store; rmqdump predicted a start"
