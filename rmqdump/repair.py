@@ -3,8 +3,9 @@
 :func:`plan_repair` reads the store (nothing is written) and says what to change so the
 store ends where the broker's own recovery would end it (:mod:`rmqdump.recovery`), with
 the same consume queues and a consistent index — minus the losses the broker would cause:
-intact records after damage in the middle can be kept (``salvage="filler"``: damaged
-spans become ROLLBACK filler records or an end-of-file BLANK), index entries are rebuilt
+intact records after damage in the middle can be kept (``salvage="filler"``: a damaged record
+a ConsumeQueue entry points at becomes a tombstone of its own topic, queue and queue offset; other
+damaged bytes become ROLLBACK filler records or an end-of-file BLANK), index entries are rebuilt
 from the commitlog instead of deleting the index file, and records the dispatch had not
 caught up with get their ConsumeQueue and index entries.
 
@@ -42,6 +43,8 @@ from .format import (
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     INNER_BATCH_FLAG,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     STORE_ABORT_FILE,
@@ -56,6 +59,7 @@ from .format import (
 )
 from .javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
 from .paths import is_safe_component
+from .systopics import LMQ_PREFIX
 from .writer import ensure_store_dir, fsync_dir, fsync_fd
 
 MANIFEST = "manifest.json"
@@ -348,6 +352,101 @@ def filler_record(offset: int, length: int, store_ts: int, store_host: str = "12
                         born_addr=addr, born_port=port, store_timestamp=store_ts, store_addr=addr, store_port=port)
     assert len(rec) == length
     return rec
+
+
+def tombstone_record(offset: int, length: int, topic: str, queue_id: int, queue_offset: int, store_ts: int,
+                     store_host: str = "127.0.0.1:10911", note: str = "", properties: bytes = b"") -> bytes:
+    """A record of exactly ``length`` bytes that takes the place of a destroyed message its ConsumeQueue
+    entry still points at: same topic, queue id and queue offset, an ordinary (dispatchable) message
+    whose body says what was lost. The queue stays consistent: consumers at that offset get this
+    notice instead of another topic's bytes. V2 magic only for topics longer than 127 bytes (5.x).
+    ``properties``: what survives of the message's own (TAGS, LMQ dispatch), already serialised."""
+    from .encoder import encode_fields
+    from .format import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+    from .msgid import parse_host
+
+    raw_topic = topic.encode()
+    magic = MESSAGE_MAGIC_CODE_V2 if len(raw_topic) > 127 else MESSAGE_MAGIC_CODE
+    fixed = len(encode_fields(topic=raw_topic, body=b"", properties=properties, magic=magic))
+    if length < fixed:
+        raise FormatError(f"a tombstone for {topic} needs at least {fixed} bytes, the record has {length}")
+    body_len = length - fixed
+    text = FILLER_BODY_PREFIX + (f" the message at offset {offset} ({topic}/{queue_id} queue offset "
+                                 f"{queue_offset}) was destroyed. {note}").encode()
+    body = (text + b" " * body_len)[:body_len]
+    addr, port = parse_host(store_host)
+    if len(addr) != 4:
+        addr, port = b"\x7f\x00\x00\x01", 10911
+    rec = encode_fields(topic=raw_topic, body=body, properties=properties, queue_id=queue_id, flag=0,
+                        queue_offset=queue_offset, physical_offset=offset, sys_flag=0, born_timestamp=store_ts,
+                        born_addr=addr, born_port=port, store_timestamp=store_ts, store_addr=addr, store_port=port,
+                        magic=magic)
+    assert len(rec) == length
+    return rec
+
+
+def _tombstone_properties(cl, offset: int, size: int, topic: str, lmq: list[tuple]) -> bytes:
+    """Properties for a tombstone: the destroyed record's TAGS when its bytes still decode (a body bit
+    flip, a damaged magic), and the LMQ queues whose entries point at it."""
+    from .encoder import properties_bytes
+    from .format import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+    from .record import Message, decode_record
+
+    props: dict[str, str] = {}
+    seg = cl.segment_for(offset)
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(offset - seg.start)
+            raw = bytearray(f.read(size))
+    except OSError:
+        raw = bytearray()
+    for magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+        if len(raw) != size or size < 8:
+            break
+        raw[4:8] = magic.to_bytes(4, "big")
+        try:
+            rec = decode_record(bytes(raw), 0, size, offset - seg.start, seg.start, seg.name, check_crc=False)
+        except RmqdumpError:
+            continue
+        if isinstance(rec, Message) and rec.size == size and rec.topic == topic:
+            try:
+                tags = rec.properties.get("TAGS")
+            except RmqdumpError:
+                tags = None
+            if tags and "\x01" not in tags and "\x02" not in tags:
+                props["TAGS"] = tags
+            break
+    if lmq:
+        props[PROPERTY_INNER_MULTI_DISPATCH] = ",".join(e[2] for e in lmq)
+        props[PROPERTY_INNER_MULTI_QUEUE_OFFSET] = ",".join(str(e[4]) for e in lmq)
+    return properties_bytes(props)
+
+
+def _span_pieces(start: int, stop: int, entries: list[tuple], at_file_end: bool) -> list[tuple] | None:
+    """Cut a damaged span into tombstones (one per ConsumeQueue entry pointing into it, at its offset and
+    size) and neutral fillers between them; None when the entries do not tile the span cleanly."""
+    pieces: list[tuple] = []
+    pos = start
+    by_offset: dict[int, list[tuple]] = {}
+    for e in entries:
+        by_offset.setdefault(e[0], []).append(e)
+    for offset in sorted(by_offset):
+        group = by_offset[offset]
+        own = [e for e in group if not e[2].startswith(LMQ_PREFIX)]
+        if len(own) != 1 or len({e[1] for e in group}) != 1:
+            return None  # two queues claim one record, or an LMQ entry alone: nothing to rebuild it as
+        size = own[0][1]
+        if offset < pos or offset + size > stop or 0 < offset - pos < MIN_FILLER:
+            return None
+        if offset > pos:
+            pieces.append(("filler", pos, offset, None))
+        pieces.append(("tombstone", offset, offset + size, (own[0], [e for e in group if e is not own[0]])))
+        pos = offset + size
+    if pos < stop:
+        if stop - pos < (8 if at_file_end else MIN_FILLER):
+            return None
+        pieces.append(("blank" if at_file_end else "filler", pos, stop, None))
+    return pieces
 
 
 # --- ConsumeQueue simulation ----------------------------------------------------------------------------
@@ -712,6 +811,9 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                       if pred.walk and pred.walk.stop else ""))
     prev_ts = last_ts
     neutralised: list[tuple[int, int]] = []
+    pointing = _entries_into(states, [(a, b) for a, b, _ in fillers])
+    tombstoned: set[int] = set()
+    filler_offsets: set[int] = set()
     for start, stop, kind in fillers:
         seg = cl.segment_for(start)
         rel = f"{STORE_COMMITLOG_DIR}/{seg.name}"
@@ -724,15 +826,35 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
             plan.step("commitlog", "recrc", offset=start, length=stop - start, kind=kind, detail=what)
             continue
         neutralised.append((start, stop))
-        if stop == seg.end:
-            data = _blank(stop - start)
-            what = f"end-of-file BLANK over {stop - start} damaged bytes ({kind})"
-        else:
-            data = filler_record(start, stop - start, ts, host, f"({kind})")
-            what = f"ROLLBACK filler record over {stop - start} damaged bytes ({kind})"
-        plan.changes.append(Change("write", rel, offset=start - seg.start, length=len(data), data=data,
-                                   group="commitlog", why=what))
-        plan.step("commitlog", "neutralise", offset=start, length=stop - start, kind=kind, detail=what)
+        pieces = _span_pieces(start, stop, pointing.get((start, stop), []), stop == seg.end)
+        if pieces is None:
+            pieces = [("blank" if stop == seg.end else "filler", start, stop, None)]
+        for what_kind, a, b, e in pieces:
+            if what_kind == "tombstone":
+                (_o, _s, topic, qid, qoff), lmq = e
+                props = _tombstone_properties(cl, a, b - a, topic, lmq)
+                try:
+                    data = tombstone_record(a, b - a, topic, qid, qoff, ts, host, f"({kind})", props)
+                except FormatError:  # the record is too small for its topic and properties: a plain filler
+                    data = filler_record(a, b - a, ts, host, f"({kind})")
+                    what = f"ROLLBACK filler record over {b - a} damaged bytes ({kind})"
+                    filler_offsets.add(a)
+                    plan.changes.append(Change("write", rel, offset=a - seg.start, length=len(data), data=data,
+                                               group="commitlog", why=what))
+                    plan.step("commitlog", "neutralise", offset=a, length=b - a, kind=kind, detail=what)
+                    continue
+                what = f"tombstone for {topic}/{qid} queue offset {qoff} over {b - a} damaged bytes ({kind})"
+                tombstoned.add(a)
+            elif what_kind == "blank":
+                data = _blank(b - a)
+                what = f"end-of-file BLANK over {b - a} damaged bytes ({kind})"
+            else:
+                data = filler_record(a, b - a, ts, host, f"({kind})")
+                what = f"ROLLBACK filler record over {b - a} damaged bytes ({kind})"
+                filler_offsets.add(a)
+            plan.changes.append(Change("write", rel, offset=a - seg.start, length=len(data), data=data,
+                                       group="commitlog", why=what))
+            plan.step("commitlog", "neutralise", offset=a, length=b - a, kind=kind, detail=what)
     seg = cl.segment_for(end)
     if seg is not None:
         span = nonzero_span(seg.path, end - seg.start, seg.size)
@@ -750,8 +872,11 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                    "segment after the end" + ("" if has_data else " (all zeros)"))
             plan.changes.append(Change("delete", f"{STORE_COMMITLOG_DIR}/{s.name}", group="commitlog", why=why))
             plan.step("commitlog", "delete", file=s.name, has_data=has_data)
-    filler_offsets = {a for a, _ in neutralised}
-    _warn_entries_into(plan, states, neutralised)
+    for entries in pointing.values():
+        for off, _sz, topic, qid, qoff in entries:
+            if off not in tombstoned:
+                plan.warnings.append(f"ConsumeQueue {topic}/{qid} queue offset {qoff} points at neutralised bytes "
+                                     f"at {off}: consumers are served the filler record there")
 
     # -- consume queues ------------------------------------------------------------------------------
     if rebuild_cq:
@@ -879,10 +1004,11 @@ def _recrc(cl, start: int, stop: int) -> tuple[int, bytes, str] | None:
             f"{rec.queue_offset}) with its body as stored, although the body no longer matches what was written")
 
 
-def _warn_entries_into(plan: RepairPlan, states, spans: list[tuple[int, int]]) -> None:
-    """ConsumeQueue entries that point into neutralised bytes: consumers will be served the filler."""
+def _entries_into(states, spans: list[tuple[int, int]]) -> dict[tuple[int, int], list[tuple]]:
+    """ConsumeQueue entries that point into damaged spans: span -> [(offset, size, topic, queue id, queue offset)]."""
+    out: dict[tuple[int, int], list[tuple]] = {}
     if not spans:
-        return
+        return out
     for st in states:
         cq = st.cq
         if cq is None or not cq.files:
@@ -907,9 +1033,9 @@ def _warn_entries_into(plan: RepairPlan, states, spans: list[tuple[int, int]]) -
                     break
                 if not (a <= e.commit_log_offset < b):
                     break
-                plan.warnings.append(f"ConsumeQueue {st.name} queue offset {q} points at neutralised bytes at "
-                                     f"{e.commit_log_offset}: consumers are served the filler record there")
+                out.setdefault((a, b), []).append((e.commit_log_offset, e.size, st.topic, st.queue_id, q))
                 q += 1
+    return out
 
 
 def _salvage_choices(cl, tail: list[TailItem], X: int) -> list[dict]:

@@ -167,14 +167,13 @@ def test_corrupt_crc_salvage_keeps_everything_after_the_damage(store_copy, tmp_p
         assert errors(store) == []  # consume queue and index stay valid
         assert res.bytes_backed_up == 4
     else:
-        assert damaged.topic == "rmqdump_filler" and damaged.transaction == "rollback"
-        assert any("TopicTest/2 queue offset 16" in w for w in plan.warnings)
-        # verify names the filler as repair's (info), not as a ROLLBACK without its half message;
-        # the one error left is true: the consume queue still serves that slot, now the filler
-        found = verify_store(store).findings
-        assert [(f.kind, f.offset) for f in found if f.kind == "repair_filler"] == [("repair_filler", 15458)]
-        assert [f.kind for f in found if f.severity == "error"] == ["cq_entry_wrong_queue"]
-        with IndexStore(store) as idx:  # the filler's index entries were dropped with the rebuild
+        # a tombstone of the destroyed message: its own queue slot, no longer another topic's filler
+        assert (damaged.topic, damaged.queue_id, damaged.queue_offset, damaged.transaction) == ("TopicTest", 2, 16,
+                                                                                                "none")
+        assert damaged.body.startswith(b"rmqdump repair filler: the message at offset 15458")
+        assert not any("TopicTest/2 queue offset 16" in w for w in plan.warnings)
+        assert errors(store) == []
+        with IndexStore(store) as idx:  # the destroyed message's index entries were dropped with the rebuild
             assert all(15458 not in idx.query("TopicTest", k).phy_offsets for k in damaged.keys + ["key-48"])
     # the broker's recovery keeps everything now
     from rmqdump.recovery import predict_recovery

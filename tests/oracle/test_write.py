@@ -117,8 +117,6 @@ def test_append_bulk_copy_read_back_by_rocketmq(matrix, name, tmp_path):
 
 MID_DAMAGE = ("flip-body", "magic-mid", "totalsize-mid")
 KNOWN_REPAIR_GAPS = {
-    "filler": "--salvage filler/recrc leaves the damaged record's ConsumeQueue entry pointing at the filler "
-              "(cq_entry_wrong_queue; documented)",
     "cq-hole": "a deleted ConsumeQueue file before kept ones (small geometry): repair leaves its entries "
                "missing (cq_entry_missing)",
     "crc-first-file": "CRC damage in a file normal recovery does not check: the broker keeps the record, verify "
@@ -135,13 +133,11 @@ def _repair_params() -> list:
             if salvage != "truncate" and not any(d in name for d in MID_DAMAGE):
                 continue  # salvage modes differ only where intact records follow damage
             marks = []
-            if salvage != "truncate":
-                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["filler"], strict=False))
             if "-mid-" in name and "-crash" not in name and name.endswith("~truncate-segment"):
                 marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["short-single-segment"], strict=True))
-            if name.endswith("~flip-body-first-file") and salvage == "truncate":
-                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["crc-first-file"], strict=False))
-            if "-small-" in name and name.endswith(("~delete-cq-file", "~delete-topic-cq")):
+            if name.endswith("~flip-body-first-file") and "-clean" in name:
+                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["crc-first-file"], strict=True))
+            if "-small-everything-clean" in name and name.endswith(("~delete-cq-file", "~delete-topic-cq")):
                 marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["cq-hole"], strict=False))
             out.append(pytest.param(name, salvage, marks=marks, id=f"{name}-{salvage}"))
     return out
