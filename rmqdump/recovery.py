@@ -396,6 +396,39 @@ def broker_walk(cl: CommitLog, start_index: int, *, version: str = VERSION_49, c
             return w.halt(seg, pos, STOP_LAST_BLANK)  # processOffset stays at the BLANK's position
 
 
+def cut_short(store: Store, walk: BrokerWalk) -> str | None:
+    """A store's only commitlog file that ends inside a record (or right after one, without the BLANK the
+    broker always leaves): it was cut short, so its length is not the broker's mappedFileSizeCommitLog
+    and ``load()`` refuses it ("length not matched message store config value"). None otherwise."""
+    cl = store.commitlog
+    if store.root is None or len(cl.segments) != 1 or walk.stop is None:
+        return None
+    seg = cl.segments[0]
+    stop = walk.stop
+    # evidence of a cut, not of damage: the file's last bytes are data (a broker's file ends in zeros or
+    # a BLANK), and the record it stops in has a genuine magic
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(stop.offset - seg.start)
+            head = f.read(8)
+            f.seek(max(0, seg.size - 8))
+            last = f.read(8)
+    except OSError:
+        return None
+    if not last.strip(b"\0") or last[-4:] == b"\0\0\0\0":
+        return None
+    size = int.from_bytes(head[:4], "big", signed=True) if len(head) == 8 else -1
+    magic = int.from_bytes(head[4:8], "big") if len(head) == 8 else 0
+    crosses = stop.kind == TRUNCATED and stop.detail != STOP_NO_BLANK and size > 0 and \
+        stop.offset + size > seg.end and magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+    if not crosses and not (stop.detail == STOP_NO_BLANK and walk.process_offset == seg.end):
+        return None
+    why = (f"a record at {stop.offset} runs {stop.offset + size - seg.end} bytes past its end" if crosses
+           else "it ends right after a record, where the broker always leaves a BLANK")
+    return (f"{STORE_COMMITLOG_DIR}/{seg.name} is the only commitlog file and {why}: it was cut short, so its "
+            f"{seg.size} bytes are not the broker's file size (repair --commitlog-file-size restores it)")
+
+
 # --- consequences ---------------------------------------------------------------------------------------
 
 
@@ -674,6 +707,12 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         start = normal_start_index(cl, version, max_phy_cq)
     walk = (walker or broker_walk)(cl, start, version=version, check_crc=check_crc, use_mmap=use_mmap)
     pred.walk = walk
+    short = cut_short(store, walk)
+    if short and not pred.load_errors:
+        pred.load_errors.append(short)
+        pred.mode = MODE_REFUSES
+        pred.reason = (f"{short}; the broker's load() fails and it does not start "
+                       f"(figures below: the {mode} recovery once that is fixed)")
     pred.notes += walk.notes
     pred.start_file = cl.segments[start].name
     pred.start_offset = cl.segments[start].start

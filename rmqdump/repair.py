@@ -577,6 +577,31 @@ class _QueueEdit:
                        why=why)]
 
 
+def _regrow_plan(store, pred, commitlog_file_size: int | None, short: str | None) -> tuple[tuple | None, str | None]:
+    """When the broker refuses a store only because commitlog files are not its file size — the one where
+    recovery ends was cut short (a copy or a disk that filled up), later ones are deleted by the repair
+    anyway — the segment to restore to full length: ((segment, size), None). (None, why) when the
+    size is needed but unknown or wrong; (None, None) when something else stops the broker."""
+    cl = store.commitlog
+    target = commitlog_file_size or (cl.file_size if len(cl.segments) > 1 else None)
+    end = pred.max_offset
+    hold = next((sg for sg in cl.segments if sg.start <= end <= sg.end and 0 < sg.size), None)
+    fixable = {sg.name for sg in cl.segments if sg.start > end or (sg.size == 0 and sg is cl.segments[-1])}
+    if hold is not None and target and 0 < hold.size < target:
+        fixable.add(hold.name)
+    covered = all(any(e.startswith(f"{STORE_COMMITLOG_DIR}/{n} is ") for n in fixable) for e in pred.load_errors)
+    if target is None and short:
+        return None, f"{short}: pass --commitlog-file-size (the broker's mappedFileSizeCommitLog)"
+    if not covered or hold is None:
+        return None, None
+    if hold.size >= (target or 0):
+        return None, None
+    if commitlog_file_size and len(cl.segments) > 1 and cl.file_size != commitlog_file_size:
+        return None, (f"--commitlog-file-size {commitlog_file_size} differs from the size of the store's other "
+                      f"commitlog files ({cl.file_size})")
+    return (hold, target), None
+
+
 def _nonzero_pieces(buf: bytearray, unit: int = 4096) -> list[tuple[int, bytes]]:
     """The ``unit``-aligned runs of ``buf`` holding a non-zero byte, as (offset, bytes)."""
     runs: list[list[int]] = []
@@ -724,19 +749,25 @@ def _index_consistent(path: Path, geo, header) -> bool:
 
 def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                 rebuild_index: bool = False, use_mmap: bool = True, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
-                name_clock=None, cq_file_size: int | None = None) -> RepairPlan:
+                name_clock=None, cq_file_size: int | None = None,
+                commitlog_file_size: int | None = None) -> RepairPlan:
     """The repair plan for a store (reads only; staged index files go to a temp dir). ``cq_file_size``: the
-    broker's mappedFileSizeConsumeQueue, needed only when no ConsumeQueue file of the store tells it."""
+    broker's mappedFileSizeConsumeQueue, needed only when no ConsumeQueue file of the store tells it;
+    ``commitlog_file_size``: the broker's mappedFileSizeCommitLog, needed only when the store's only
+    commitlog file was cut short (the file is restored to that length)."""
     from .appender import nonzero_span, read_abort, store_geometry
     from .consumequeue import check_not_rocksdb, infer_store_cq_file_size
     from .indexfile import IndexFile, infer_geometry, list_index_files
     from .msgid import format_host
     from .recovery import (
+        MODE_ABNORMAL,
         MODE_EMPTY,
+        MODE_NORMAL,
         MODE_REFUSES,
         VERSION_49,
         consume_queue_states,
         cq_truncation,
+        cut_short,
         predict_recovery_auto,
     )
     from .store import Store
@@ -761,7 +792,16 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.warnings.append(f"recovery modelled as broker {pred.version}.x: {model}")
     plan.mode, plan.reason = pred.mode, pred.reason
     plan.warnings += cq_problems
-    if pred.mode in (MODE_REFUSES, MODE_EMPTY):
+    regrow = None  # (segment, its restored length): a commitlog file cut short where recovery ends
+    if pred.mode == MODE_REFUSES and pred.walk is not None and cl.segments:
+        regrow, why_not = _regrow_plan(store, pred, commitlog_file_size, cut_short(store, pred.walk))
+        if why_not:
+            plan.blocked = why_not
+            return plan
+        if regrow is not None:
+            plan.mode = MODE_ABNORMAL if store.abort_present else MODE_NORMAL
+            plan.reason = "; ".join(pred.load_errors)
+    if pred.mode in (MODE_REFUSES, MODE_EMPTY) and regrow is None:
         plan.blocked = pred.reason
         return plan
     cq_file_size = cq_file_size if cq_file_size is not None else infer_store_cq_file_size(root)
@@ -856,6 +896,22 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                                        group="commitlog", why=what))
             plan.step("commitlog", "neutralise", offset=a, length=b - a, kind=kind, detail=what)
     seg = cl.segment_for(end)
+    if regrow is not None:
+        seg, size = regrow
+        rel = f"{STORE_COMMITLOG_DIR}/{seg.name}"
+        fd = _open(seg.path)
+        try:
+            final = bytearray(_pread_all(fd, end - seg.start, 0))
+        finally:
+            os.close(fd)
+        final.extend(bytes(size - len(final)))
+        why = (f"{seg.size} bytes: cut short; restored to the broker's file size {size}, holding its records "
+               f"up to {end}")
+        plan.changes += [Change("delete", rel, group="commitlog", why=why),
+                         Change("create", rel, size=size, pieces=_nonzero_pieces(final), group="commitlog",
+                                why=why)]
+        plan.step("commitlog", "regrow", file=seg.name, size=size, detail=why)
+        seg = None
     if seg is not None:
         span = nonzero_span(seg.path, end - seg.start, seg.size)
         if span is not None:
@@ -1715,8 +1771,8 @@ class ApplyResult:
 
 def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                rebuild_index: bool = False, backup_dir: str | os.PathLike | None = None, lock_timeout: float = 1.0,
-               use_mmap: bool = True, name_clock=None, cq_file_size: int | None = None
-               ) -> tuple[RepairPlan, ApplyResult | None]:
+               use_mmap: bool = True, name_clock=None, cq_file_size: int | None = None,
+               commitlog_file_size: int | None = None) -> tuple[RepairPlan, ApplyResult | None]:
     """Plan again under the broker's lock, back up, and apply. Returns (plan, result); result is None
     when there was nothing to do."""
     from .appender import ABORT_TAG, read_abort
@@ -1727,7 +1783,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
     with StoreLock(root, timeout=lock_timeout):
         _guard(root)
         plan = plan_repair(root, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
-                           cq_file_size=cq_file_size,
+                           cq_file_size=cq_file_size, commitlog_file_size=commitlog_file_size,
                            use_mmap=use_mmap, name_clock=name_clock)
         try:
             if plan.blocked:

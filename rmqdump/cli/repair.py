@@ -81,11 +81,13 @@ def _render_plan(console, doc) -> None:
               help="With --rebuild-cq/--rebuild-index: write into this directory; the store is not touched.")
 @click.option("--cq-file-size", type=click.IntRange(min=20), default=None,
               help="The broker's mappedFileSizeConsumeQueue, when no ConsumeQueue file of the store tells it.")
+@click.option("--commitlog-file-size", type=click.IntRange(min=64), default=None,
+              help="The broker's mappedFileSizeCommitLog, when the store's only commitlog file was cut short.")
 @click.option("--format", "-f", "fmt", type=click.Choice(("table", "json", "jsonl")), default=None,
               help="Output format (default: table on a terminal, jsonl when piped).")
 @click.option("--quiet", "-q", is_flag=True, help="No summary lines on stderr.")
-def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuild_index, to_dir, cq_file_size, fmt,
-           quiet):
+def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuild_index, to_dir, cq_file_size,
+           commitlog_file_size, fmt, quiet):
     """Plan the repair of STORE (dry run), or perform it with --apply.
 
     The plan reaches the outcome of the broker's own recovery (truncate the commitlog at the
@@ -119,7 +121,8 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
         return
     if do_apply:
         plan, res = apply_plan(store, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
-                               backup_dir=backup_dir, cq_file_size=cq_file_size)
+                               backup_dir=backup_dir, cq_file_size=cq_file_size,
+                               commitlog_file_size=commitlog_file_size)
         doc = plan.to_dict()
         if res is not None:
             doc["backup"] = str(res.backup)
@@ -138,7 +141,7 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
         raise LockError(f"store is locked by process {pid} (a running broker?); a repair plan of a live store "
                         "is meaningless", store, pid=pid)
     plan = plan_repair(store, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
-                       cq_file_size=cq_file_size)
+                       cq_file_size=cq_file_size, commitlog_file_size=commitlog_file_size)
     try:
         doc = plan.to_dict()
         emit_document(doc, fmt, _render_plan)

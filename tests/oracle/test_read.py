@@ -76,23 +76,7 @@ def _predicted_cq_max(store, rec: dict) -> dict[tuple[str, int], int]:
     return queues
 
 
-KNOWN_RECOVERY_GAPS = {
-    "short-single-segment": "a store's only commitlog file, truncated: rmqdump infers the segment size from that "
-                            "file and does not see that load() refuses it",
-}
-
-
-def _recovery_params() -> list:
-    out = []
-    for name in STORE_IDS:
-        marks = []
-        if "-mid-" in name and "-crash" not in name and name.endswith("~truncate-segment"):
-            marks.append(pytest.mark.xfail(reason=KNOWN_RECOVERY_GAPS["short-single-segment"], strict=True))
-        out.append(pytest.param(name, marks=marks, id=name))
-    return out
-
-
-@pytest.mark.parametrize("name", _recovery_params())
+@pytest.mark.parametrize("name", STORE_IDS)
 def test_verify_predicts_recovery(matrix, name):
     b = matrix.get(name)
     # the user names their broker: a 5.3.3 store need not hold anything only 5.x writes

@@ -121,8 +121,6 @@ KNOWN_REPAIR_GAPS = {
                "missing (cq_entry_missing)",
     "crc-first-file": "CRC damage in a file normal recovery does not check: the broker keeps the record, verify "
                       "calls its ConsumeQueue entry dangling after repair",
-    "short-single-segment": "a store's only commitlog file, truncated: rmqdump takes its size for the segment "
-                            "size and RocketMQ's load() refuses the repaired store",
 }
 
 
@@ -133,8 +131,6 @@ def _repair_params() -> list:
             if salvage != "truncate" and not any(d in name for d in MID_DAMAGE):
                 continue  # salvage modes differ only where intact records follow damage
             marks = []
-            if "-mid-" in name and "-crash" not in name and name.endswith("~truncate-segment"):
-                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["short-single-segment"], strict=True))
             if name.endswith("~flip-body-first-file") and "-clean" in name:
                 marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["crc-first-file"], strict=True))
             if "-small-everything-clean" in name and name.endswith(("~delete-cq-file", "~delete-topic-cq")):
@@ -153,7 +149,8 @@ def test_repair_result_loaded_by_rocketmq(matrix, name, salvage, tmp_path):
     b = matrix.get(name)
     store = writable_copy(b, tmp_path / "store")
     res = invoke("repair", store, "--apply", "--salvage", salvage, "--backup-dir", tmp_path / "backup", "-f", "json",
-                 "--cq-file-size", b.settings["mappedFileSizeConsumeQueue"], "-q")
+                 "--cq-file-size", b.settings["mappedFileSizeConsumeQueue"],
+                 "--commitlog-file-size", b.settings["mappedFileSizeCommitLog"], "-q")
     assert res.exit_code in (0, 2), res.output
     if res.exit_code == 2:
         pytest.skip(f"repair refuses: {res.stderr.strip()[:200]}")
