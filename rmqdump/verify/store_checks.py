@@ -33,7 +33,7 @@ from ..format import (
 )
 from ..javahash import DEFAULT_DELAY_LEVELS_MS
 from ..properties import split_keys
-from ..record import Invalid, Message
+from ..record import BODY_CRC, Invalid, Message
 from ..recovery import QueueState
 from ..systopics import multi_dispatch_targets, multi_dispatched_to
 
@@ -265,6 +265,10 @@ class CqChecker:
                       f"dispatch point {dispatch_from}, so the broker will not add one): consumers never see it")
         for phys, lst in sorted(unmatched_entries.items()):
             rec = cache.decode(phys)
+            if isinstance(rec, Invalid) and rec.kind == BODY_CRC:
+                # a whole record whose body is damaged (its own body_crc finding says so): the entry
+                # points at it, as the broker, which serves it without a CRC check, sees it
+                rec = cache.decode(phys, check_crc=False)
             for q, i in lst:
                 self._classify_entry(q, i, phys, rec, valid_end, recovery_end, visited_end)
         return self.findings
