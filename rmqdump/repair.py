@@ -470,6 +470,7 @@ class _QueueEdit:
         self.units: dict[int, bytes] = {}  # logical byte offset -> 20-byte unit
         self.dropped = 0
         self.added = 0
+        self.holes: list[tuple[int, int]] = []  # byte ranges of files missing between kept ones
 
     @property
     def name(self) -> str:
@@ -487,7 +488,14 @@ class _QueueEdit:
         self.dropped += dropped
 
     def put(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """``putMessagePositionInfo`` (skip already-built and duplicate positions)."""
+        """``putMessagePositionInfo`` (skip already-built and duplicate positions); a record whose queue
+        offset lies in a file missing between kept ones gets its unit back at that position."""
+        expect = queue_offset * CQ_STORE_UNIT_SIZE
+        if any(a <= expect < b for a, b in self.holes):
+            if expect not in self.units:
+                self.units[expect] = CQ_UNIT.pack(offset, size, tags_code)
+                self.added += 1
+            return True
         if offset + size <= self.max_phys:
             return False
         expect = queue_offset * CQ_STORE_UNIT_SIZE
@@ -1113,6 +1121,21 @@ def _salvage_choices(cl, tail: list[TailItem], X: int) -> list[dict]:
     ]
 
 
+def _topic_alive(root: Path):
+    """A predicate: may a topic whose consume-queue directory is gone get its entries back? Not when
+    ``config/topics.json`` exists and no longer lists it (deleted by an admin: the broker removed its queues,
+    the commitlog keeps the records until they expire)."""
+    from .config import load_topics
+
+    try:
+        topics = load_topics(root).data
+    except RmqdumpError:
+        topics = None
+    if not topics:
+        return lambda topic: True
+    return lambda topic: topic in topics or topic.startswith(LMQ_PREFIX)
+
+
 def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan: RepairPlan, use_mmap: bool,
                 delay_levels_ms, filler_offsets: set[int], cq_truncation) -> list[Change]:
     from .record import Message
@@ -1137,11 +1160,21 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
         if extent > new_end or qt.count:
             ed.truncate(new_end, qt.count)
         edits[(st.topic, st.queue_id)] = ed
-    # dispatch records the consume queues lack (the broker's re-dispatch / reput back-fill)
+        if st.cq is not None:
+            ed.holes = [(a, b) for a, b in st.cq.missing_files() if a < new_end * CQ_STORE_UNIT_SIZE]
+    # dispatch every record the consume queues lack, also below where the broker's recovery starts (what it
+    # would never restore: a lost queue tail, units of files missing between kept ones, queues whose
+    # directory is gone - unless config/topics.json says the topic was deleted)
+    # where the broker itself dispatches from: the abnormal recovery's walk, else the reput service's start
+    if pred.mode == "abnormal" and pred.start_offset is not None:
+        dispatch_from = pred.start_offset
+    else:
+        dispatch_from = max(cl.min_offset, min(pred.max_phy_offset_of_consume_queue, end))
+    start = cl.min_offset
+    alive = _topic_alive(root)
     batch_topics = batch_cq_topics(root)
     batch_queues = open_batch_queues(root) if batch_topics else {}
     undispatched_batch: dict[tuple[str, int], int] = {}
-    start = pred.start_offset if pred.start_offset is not None else cl.min_offset
     for rec in cl.walk(start=start, end=end, check_crc=False, read_body=False, use_mmap=use_mmap):
         if not isinstance(rec, Message) or rec.offset in filler_offsets:
             continue
@@ -1155,6 +1188,8 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
                 undispatched_batch[key] = undispatched_batch.get(key, 0) + 1
             continue
         ed = edits.get(key)
+        if rec.offset < dispatch_from and ed is None and key not in edits and not alive(rec.topic):
+            continue
         if ed is None:
             if not is_safe_component(rec.topic):
                 plan.warnings.append(f"topic {rec.topic!r} cannot be a consume-queue directory; not dispatched")

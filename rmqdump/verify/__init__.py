@@ -59,7 +59,8 @@ Consume queues:
   ``queue_id_out_of_range`` (warning); ``cq_not_dispatched``, ``cq_entry_expired`` (info);
   ``cq_file`` (error: wrong file size or stray file — a 4.9 broker refuses to start; warning: missing
   files, misaligned names),
-  ``cq_unavailable`` (info). A 5.x BatchCQ topic's records are dispatched by ``batchconsumequeue/`` units
+  ``cq_unavailable``, ``cq_topic_deleted`` (info: records of a topic config/topics.json no longer lists).
+  A 5.x BatchCQ topic's records are dispatched by ``batchconsumequeue/`` units
   (a unit whose size differs from its record: ``cq_size_mismatch``); an entry of an LMQ queue
   (``%LMQ%…``) may point at a record of another topic that lists the queue in INNER_MULTI_DISPATCH,
   at the queue offset INNER_MULTI_QUEUE_OFFSET gives (another offset: ``cq_entry_misplaced``)

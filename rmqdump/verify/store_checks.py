@@ -246,8 +246,13 @@ class CqChecker:
                 self._add(WARNING, "cq_entries_after_hole", f, p,
                           f"{len(st.beyond)} valid entries after the first invalid entry at queue offset "
                           f"{st.max_offset}: the broker's CQ recovery discards them")
+        with_queues = {q.state.topic for q in self.queues}
+        deleted: Counter = Counter()
         for off, _size, topic_raw, qid, qoff, seg_name in missing:
             topic = topic_raw.decode("utf-8", "replace")
+            if self.topics and topic not in self.topics and topic not in with_queues:
+                deleted[topic] += 1  # an admin deleted the topic: the broker removed its queues on purpose
+                continue
             elsewhere = unmatched_entries.get(off)
             if elsewhere:
                 q, i = elsewhere[0]
@@ -263,6 +268,10 @@ class CqChecker:
             self._add(ERROR, "cq_entry_missing", f"commitlog/{seg_name}", off,
                       f"{topic}/{qid} queue offset {qoff}: no consume-queue entry points at this record (below the "
                       f"dispatch point {dispatch_from}, so the broker will not add one): consumers never see it")
+        for topic, n in sorted(deleted.items()):
+            self._add(INFO, "cq_topic_deleted", "config/topics.json", None,
+                      f"{n} record(s) of {topic}, a topic config/topics.json no longer lists, have no consume-queue "
+                      "entries: the topic was deleted (its queues with it); the records go when their files expire")
         for phys, lst in sorted(unmatched_entries.items()):
             rec = cache.decode(phys)
             if isinstance(rec, Invalid) and rec.kind == BODY_CRC:

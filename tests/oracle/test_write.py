@@ -116,10 +116,6 @@ def test_append_bulk_copy_read_back_by_rocketmq(matrix, name, tmp_path):
 
 
 MID_DAMAGE = ("flip-body", "magic-mid", "totalsize-mid")
-KNOWN_REPAIR_GAPS = {
-    "cq-hole": "a deleted ConsumeQueue file before kept ones (small geometry): repair leaves its entries "
-               "missing (cq_entry_missing)",
-}
 
 
 def _repair_params() -> list:
@@ -128,10 +124,7 @@ def _repair_params() -> list:
         for salvage in ("truncate", "filler", "recrc"):
             if salvage != "truncate" and not any(d in name for d in MID_DAMAGE):
                 continue  # salvage modes differ only where intact records follow damage
-            marks = []
-            if "-small-everything-clean" in name and name.endswith(("~delete-cq-file", "~delete-topic-cq")):
-                marks.append(pytest.mark.xfail(reason=KNOWN_REPAIR_GAPS["cq-hole"], strict=False))
-            out.append(pytest.param(name, salvage, marks=marks, id=f"{name}-{salvage}"))
+            out.append(pytest.param(name, salvage, id=f"{name}-{salvage}"))
     return out
 
 
