@@ -100,6 +100,18 @@ def store_geometry(root: str | os.PathLike, *, commitlog_file_size: int | None =
                          index_slots or d.index_slots, index_entries or d.index_entries)
 
 
+def require_cq_file_size(root: str | os.PathLike) -> None:
+    """Refuse to guess the ConsumeQueue file size of an existing store none of whose CQ files tells it:
+    a file of another size than the broker's mappedFileSizeConsumeQueue stops the broker from starting."""
+    from .consumequeue import infer_store_cq_file_size
+
+    root = Path(root)
+    if _has_segments(root) and infer_store_cq_file_size(root) is None:
+        raise StoreError("no ConsumeQueue file of this store tells the broker's ConsumeQueue file size "
+                         "(mappedFileSizeConsumeQueue), and a file of the wrong size stops the broker from starting: "
+                         "pass --cq-file-size (the broker's default is 6000000)", root)
+
+
 def _has_segments(root: Path) -> bool:
     from .segment import parse_file_name
 
@@ -522,6 +534,8 @@ class LockedAppender:
         pred = st.prediction
         self.broker = resolve(self.broker_version, model_version=getattr(pred, "version", None),
                               model_reason=st.broker_model_reason, root=root if root.exists() else None)
+        if self.geometry is None and not st.new_store:
+            require_cq_file_size(root)
         geo = self.geometry or store_geometry(root)
         self.geometry = geo
         host = self.store_host or st.last_store_host or DEFAULT_STORE_HOST

@@ -59,7 +59,7 @@ from .format import (
 )
 from .javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
 from .paths import is_safe_component
-from .systopics import LMQ_PREFIX
+from .systopics import LMQ_PREFIX, multi_dispatch_targets
 from .writer import ensure_store_dir, fsync_dir, fsync_fd
 
 MANIFEST = "manifest.json"
@@ -1187,25 +1187,26 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
             if bq is None or rec.offset + rec.size > bq.max_physic_end:
                 undispatched_batch[key] = undispatched_batch.get(key, 0) + 1
             continue
-        ed = edits.get(key)
-        if rec.offset < dispatch_from and ed is None and key not in edits and not alive(rec.topic):
-            continue
-        if ed is None:
-            if not is_safe_component(rec.topic):
-                plan.warnings.append(f"topic {rec.topic!r} cannot be a consume-queue directory; not dispatched")
-                edits[key] = None
-                continue
-            qdir = root / STORE_CONSUMEQUEUE_DIR / rec.topic / str(rec.queue_id)
-            ed = _QueueEdit(root, rec.topic, rec.queue_id, qdir, cq_file_size, _unloaded_files(qdir), 0, -1)
-            edits[key] = ed
-        if ed is None:
-            continue
         try:
             tags = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
         except ValueError:
             plan.warnings.append(f"record at {rec.offset}: malformed DELAY; the broker's dispatch fails too")
             continue
-        ed.put(rec.offset, rec.size, tags, rec.queue_offset)
+        for topic, qid, qoff in dispatch_targets(rec):
+            key = (topic, qid)
+            ed = edits.get(key)
+            if rec.offset < dispatch_from and ed is None and key not in edits and not alive(topic):
+                continue
+            if ed is None and key not in edits:
+                if not is_safe_component(topic):
+                    plan.warnings.append(f"topic {topic!r} cannot be a consume-queue directory; not dispatched")
+                    edits[key] = None
+                    continue
+                qdir = root / STORE_CONSUMEQUEUE_DIR / topic / str(qid)
+                ed = _QueueEdit(root, topic, qid, qdir, cq_file_size, _unloaded_files(qdir), 0, -1)
+                edits[key] = ed
+            if ed is not None:
+                ed.put(rec.offset, rec.size, tags, qoff)
     for (topic, qid), n in sorted(undispatched_batch.items()):
         plan.warnings.append(f"batchconsumequeue/{topic}/{qid}: {n} record(s) of this BatchCQ topic have no "
                              "BatchConsumeQueue unit; rmqdump does not write BatchConsumeQueue units (not "
@@ -1453,6 +1454,15 @@ def _rebuild_cq_changes(cl, root: Path, cq_file_size: int, end: int, plan: Repai
         shutil.rmtree(stage, ignore_errors=True)
 
 
+def dispatch_targets(rec) -> list[tuple[str, int, int]]:
+    """The queues the broker's dispatcher puts a record in: (topic, queue id, queue offset) of its own
+    queue, then each LMQ multi-dispatch target (``INNER_MULTI_DISPATCH``)."""
+    out = [(rec.topic, rec.queue_id, rec.queue_offset)]
+    if b"INNER_MULTI_DISPATCH" in rec.properties_raw:
+        out += multi_dispatch_targets(rec.properties, rec.queue_id)
+    return out
+
+
 def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | None = None, use_mmap: bool = True,
                            delay_levels_ms=DEFAULT_DELAY_LEVELS_MS, warnings: list[str] | None = None,
                            batch_topics: set[str] | frozenset[str] = frozenset()) -> list[str]:
@@ -1476,25 +1486,25 @@ def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | 
             if rec.topic in batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
                 skipped_batch[rec.topic] = skipped_batch.get(rec.topic, 0) + 1
                 continue
-            key = (rec.topic, rec.queue_id)
-            w = writers.get(key, False)
-            if w is False:
-                if not is_safe_component(rec.topic):
-                    if warnings is not None:
-                        warnings.append(f"topic {rec.topic!r} cannot be a consume-queue directory; skipped")
-                    writers[key] = None
-                    continue
-                qdir, _ = ensure_store_dir(out_root, STORE_CONSUMEQUEUE_DIR, rec.topic, str(rec.queue_id))
-                w = writers[key] = ConsumeQueueWriter(qdir, cq_file_size)
-            if w is None:
-                continue
             try:
                 tags = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
             except ValueError:
                 if warnings is not None:
                     warnings.append(f"record at {rec.offset}: malformed DELAY; not dispatched")
                 continue
-            w.put_message_position_info(rec.offset, rec.size, tags, rec.queue_offset)
+            for topic, qid, qoff in dispatch_targets(rec):
+                key = (topic, qid)
+                w = writers.get(key, False)
+                if w is False:
+                    if not is_safe_component(topic):
+                        if warnings is not None:
+                            warnings.append(f"topic {topic!r} cannot be a consume-queue directory; skipped")
+                        writers[key] = None
+                        continue
+                    qdir, _ = ensure_store_dir(out_root, STORE_CONSUMEQUEUE_DIR, topic, str(qid))
+                    w = writers[key] = ConsumeQueueWriter(qdir, cq_file_size)
+                if w is not None:
+                    w.put_message_position_info(rec.offset, rec.size, tags, qoff)
         for w in writers.values():
             if w is not None:
                 w.fsync()

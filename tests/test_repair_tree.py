@@ -105,3 +105,18 @@ def test_repair_refuses_to_guess_the_cq_file_size(tmp_path):
     out = run("repair", store, "--apply", "--backup-dir", tmp_path / "bk2", "--cq-file-size", 320, "-q")
     assert out.exit_code == 0, out.output
     assert cq_files(store) == cq_files(fixture_dir(FIXTURE) / "store")
+
+
+def test_append_refuses_to_guess_the_cq_file_size(tmp_path):
+    """The appender, like repair, does not guess mappedFileSizeConsumeQueue for a store without CQ files."""
+    store = copy_store("498-multi-topic", tmp_path / "store")
+    shutil.rmtree(store / "consumequeue")
+    before = tree_state(store)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["append", str(store), "--topic", "TopicNew", "--body", "x", "--force", "-q"])
+    assert res.exit_code == 2 and "--cq-file-size" in res.output
+    assert tree_state(store) == before
+    res = runner.invoke(cli, ["append", str(store), "--topic", "TopicNew", "--body", "x", "--force",
+                               "--cq-file-size", "320", "-q"])
+    assert res.exit_code == 0, res.output
+    assert (store / "consumequeue" / "TopicNew" / "0" / "00000000000000000000").stat().st_size == 320

@@ -115,7 +115,8 @@ def _checked_jsonl(app, jsonl, topic: str | None):
 @click.option("--commitlog-file-size", type=click.IntRange(64), default=None,
               help="--init: segment size (default: the store's, else 1 GiB).")
 @click.option("--cq-file-size", type=click.IntRange(20), default=None,
-              help="--init: ConsumeQueue file size (multiple of 20; default 6,000,000).")
+              help="ConsumeQueue file size (multiple of 20): for --init (default 6,000,000), or a store none of "
+                   "whose ConsumeQueue files tells it.")
 @click.option("--index-slots", type=click.IntRange(1), default=None, help="IndexFile hash slots (maxHashSlotNum).")
 @click.option("--index-entries", type=click.IntRange(2), default=None, help="IndexFile entries (maxIndexNum).")
 @output_options
@@ -132,7 +133,7 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
     broker cannot read (a V2-magic record for a 4.x broker, see --broker-version) is refused
     before anything is written (exit 2).
     """
-    from ..appender import LockedAppender, read_jsonl, store_geometry
+    from ..appender import LockedAppender, read_jsonl, require_cq_file_size, store_geometry
     from ..writer import MessageSpec
 
     fmt = default_format(fmt)
@@ -166,6 +167,8 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
     if any(v is not None for v in (commitlog_file_size, cq_file_size, index_slots, index_entries)):
         if cq_file_size is not None and cq_file_size % 20:
             raise click.BadParameter("must be a multiple of 20", param_hint="--cq-file-size")
+        if cq_file_size is None and not create:
+            require_cq_file_size(store)
         geometry = store_geometry(store, commitlog_file_size=commitlog_file_size, cq_file_size=cq_file_size,
                                   index_slots=index_slots, index_entries=index_entries)
     writer = RecordWriter(fmt, ACK_FIELDS, TABLE_COLUMNS)
