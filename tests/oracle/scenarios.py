@@ -124,6 +124,14 @@ def mix_v2() -> list[dict]:
             _m(LONG127, keys="v1-127", body="still V1")]
 
 
+def mix_timer() -> list[dict]:
+    """5.x timer messages (long delays: still in the timer store, rmq_sys_wheel_timer) among plain ones."""
+    out = [_m("TopicPre", queueId=i % 2, keys=f"pre-{i}", body=f"before timer {i}") for i in range(4)]
+    out += [_m("TimerT", timerDelaySec=3600 + i, keys=f"tk-{i}", body=f"in an hour {i}") for i in range(3)]
+    out += [_m("TimerT", timerDelayMs=7_200_000, keys="tk-ms", body="in two hours")]
+    return out + [_m("TopicPost", keys=f"post-{i}", body=f"after timer {i}") for i in range(3)]
+
+
 def mix_everything(version: str) -> list[dict]:
     out = mix_plain() + mix_hosts() + mix_compress() + mix_tx_old() + mix_tx_broker() + mix_delay() + mix_batch(version)
     if version == "533":
@@ -142,6 +150,9 @@ MIXES: dict[str, Callable[[str], list[dict]]] = {
     "everything": mix_everything,
 }
 VERSION_MIXES = {"498": {"lmq": lambda v: mix_lmq()}, "533": {"bcq": lambda v: mix_bcq(), "v2": lambda v: mix_v2()}}
+#: mixes built in the mid geometry only (the timer wheel file is 38 MB whatever the settings)
+EXTRA_MIXES = {"533": {"timer": lambda v: mix_timer()}}
+TIMER_SETTINGS = {"timerWheelEnable": True, "timerPrecisionMs": 1000, "mappedFileSizeTimerLog": 3328}
 
 
 def settings(version: str, geometry: str, mix: str) -> dict:
@@ -152,11 +163,13 @@ def settings(version: str, geometry: str, mix: str) -> dict:
             s["topics"] = {"BCQ": {"queues": 2, "batchCQ": True}}
     if mix == "lmq":
         s.update(enableMultiDispatch=True, enableLmq=True)
+    if mix == "timer":
+        s.update(TIMER_SETTINGS)
     return s
 
 
 def base(version: str, geometry: str, mix: str, ending: str = "clean", extra: dict | None = None) -> Base:
-    messages = {**MIXES, **VERSION_MIXES[version]}[mix](version)
+    messages = {**MIXES, **VERSION_MIXES[version], **EXTRA_MIXES.get(version, {})}[mix](version)
     st = {**settings(version, geometry, mix), **(extra or {})}
     flags = {"clean": (), "crash": ("--crash",), "crash-no-dispatch": ("--crash-no-dispatch",)}[ending]
     suffix = "" if not extra else "-" + "-".join(f"{k}" for k in extra)
@@ -175,6 +188,9 @@ def all_bases() -> list[Base]:
             out.append(base(version, geometry, "everything", "crash-no-dispatch"))
         if version == "533":
             out.append(base(version, "mid", "everything", extra={"enabledAppendPropCRC": True}))
+        for mix in EXTRA_MIXES.get(version, {}):
+            out.append(base(version, "mid", mix))
+            out.append(base(version, "mid", mix, "crash"))
     return out
 
 
