@@ -1,6 +1,6 @@
 """Benchmark store generator: commitlogs written with rmqdump's own encoder.
 
-One template record is encoded with :func:`rmqdump.encoder.encode_fields`; chunks of records
+One template record is encoded with :func:`rmqdump.codec.encoder.encode_fields`; chunks of records
 are then produced by tiling it into one reused buffer and patching the per-record fields
 (QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP, a record counter in the body, the KEYS
 digits, BODYCRC). Every segment is filled the broker's way (a record goes in only if 8 bytes
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqdump.encoder import encode_blank, encode_fields, properties_bytes
-from rmqdump.segment import offset_to_file_name
+from rmqdump.codec.encoder import encode_blank, encode_fields, properties_bytes
+from rmqdump.disk.segment import offset_to_file_name
 
 GEN_VERSION = 2
 TOPIC = b"BenchTopic"

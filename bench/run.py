@@ -74,7 +74,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("fast_verify_jobs", "fast verify, all cores (segments in parallel)", ">= 1.3 x zlib 1-core"),
     ("verify_cli", "rmqdump verify --commitlog-only, end to end (process start incl.)", ">= 0.5 x zlib"),
     ("scan_jsonl", "rmqdump scan -f jsonl > /dev/null", ">= 300 k rec/s"),
-    ("export_parquet", "Parquet export without bodies (rmqdump.export)", ">= 1 M rec/s"),
+    ("export_parquet", "Parquet export without bodies (rmqdump.rows.export)", ">= 1 M rec/s"),
     ("lookup_key", "rmqdump lookup --key, full-size index, after start", "<= 50 ms"),
     ("lookup_vs_scan", "lookup --key vs the scan fallback (lookup --scan)", ">= 1000 x"),
     ("help_wall", "rmqdump --help wall time", "<= 0.3 s"),
@@ -83,7 +83,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("rss_fastwalk", "peak RSS, fastwalk.verify_segments of the 4 GiB store", "<= 200 MB"),
     ("spark_per_core", "Spark export local[2] per core vs single-process export", ">= 0.5 x"),
     ("spark_scaling", "Spark export local[2] vs local[1]", ">= 1.7 x"),
-    ("bulk_append", "bulk append (rmqdump.appender.bulk_append), fsync per 4 MiB", ">= 200 MB/s"),
+    ("bulk_append", "bulk append (rmqdump.write.appender.bulk_append), fsync per 4 MiB", ">= 200 MB/s"),
 ]
 ROW_KEYS = [k for k, _, _ in ROWS]
 
@@ -276,7 +276,7 @@ class Bench:
 
     # pure path --------------------------------------------------------------------------------------------
     def b_pure(self) -> None:
-        from rmqdump.commitlog import CommitLog
+        from rmqdump.store.commitlog import CommitLog
 
         cl = CommitLog.open(self.seg1k)
         limit = cl.segments[0].size if self.quick else min(cl.segments[0].size, 256 * MiB)
@@ -299,8 +299,8 @@ class Bench:
 
     # fast scan ----------------------------------------------------------------------------------------------
     def _fast_walk(self, seg_path: Path, check_crc: bool) -> int:
-        from rmqdump import fastwalk
-        from rmqdump.commitlog import CommitLog
+        from rmqdump.fast import walk as fastwalk
+        from rmqdump.store.commitlog import CommitLog
 
         seg = CommitLog.open(seg_path).segments[0]
         with fastwalk.walk_segment_fast(seg, 0, check_crc) as w:
@@ -311,7 +311,7 @@ class Bench:
         return w.records
 
     def b_fast_scan(self) -> None:
-        from rmqdump import fastwalk
+        from rmqdump.fast import walk as fastwalk
 
         if not fastwalk.fast_available():
             for k in ("fast_scan_1k", "fast_scan_128"):
@@ -339,8 +339,8 @@ class Bench:
 
     # fast verify ----------------------------------------------------------------------------------------------
     def b_fast_verify(self) -> None:
-        from rmqdump import fastwalk
-        from rmqdump.commitlog import CommitLog
+        from rmqdump.fast import walk as fastwalk
+        from rmqdump.store.commitlog import CommitLog
 
         if not fastwalk.fast_available():
             for k in ("fast_verify_1core", "fast_verify_jobs"):
@@ -407,7 +407,7 @@ class Bench:
 
     # Parquet export --------------------------------------------------------------------------------------
     def _single_export(self, store: Path, out: Path) -> dict:
-        from rmqdump import export as ex
+        from rmqdump.rows import export as ex
 
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
@@ -415,7 +415,7 @@ class Bench:
 
     def b_export(self) -> None:
         r = self.rows["export_parquet"]
-        if not (module_exists("rmqdump.export") and module_exists("pyarrow")):
+        if not (module_exists("rmqdump.rows.export") and module_exists("pyarrow")):
             r.result = "n/a (module missing)"
             return
         store = link_prefix(self.data, self.store1k, "rec1k_one", 1)
@@ -432,8 +432,8 @@ class Bench:
     # lookup -------------------------------------------------------------------------------------------------
     def _index_store(self) -> tuple[Path, int]:
         """The 128 B store plus one full-size IndexFile of every record's KEYS (built once)."""
-        from rmqdump.format import MAX_HASH_SLOT_NUM, MAX_INDEX_NUM
-        from rmqdump.indexfile import IndexFileWriter
+        from rmqdump.codec.layout import MAX_HASH_SLOT_NUM, MAX_INDEX_NUM
+        from rmqdump.store.indexfile import IndexFileWriter
 
         root = self.data / "rec128_indexed"
         slots, entries = (MAX_HASH_SLOT_NUM, MAX_INDEX_NUM) if not self.quick else (20000, 40000)
@@ -465,10 +465,10 @@ class Bench:
 
     def b_lookup(self) -> None:
         r, rs = self.rows["lookup_key"], self.rows["lookup_vs_scan"]
-        if not (cli_has("lookup") and module_exists("rmqdump.indexfile")):
+        if not (cli_has("lookup") and module_exists("rmqdump.store.indexfile")):
             r.result = rs.result = "n/a (module missing)"
             return
-        from rmqdump.indexfile import IndexFileWriter  # noqa: F401  (the writer must exist)
+        from rmqdump.store.indexfile import IndexFileWriter  # noqa: F401  (the writer must exist)
 
         root, n = self._index_store()
         key = key_for(n * 2 // 3)
@@ -536,14 +536,14 @@ class Bench:
     # Spark ------------------------------------------------------------------------------------------------------
     def b_spark(self) -> None:
         r1, r2 = self.rows["spark_per_core"], self.rows["spark_scaling"]
-        if not (module_exists("rmqdump.spark") and module_exists("pyspark") and module_exists("rmqdump.export")):
+        if not (module_exists("rmqdump.spark") and module_exists("pyspark") and module_exists("rmqdump.rows.export")):
             r1.result = r2.result = "n/a (module missing)"
             return
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             r1.result = r2.result = "n/a (no Java)"
             return
         store = self.store_e2e
-        # The per-core reference is the single-process export on ONE core: unpinned, rmqdump.export
+        # The per-core reference is the single-process export on ONE core: unpinned, rmqdump.rows.export
         # encodes Parquet on a second thread while the main thread decodes, i.e. it uses up to two
         # cores, which would make "per core" compare one Spark core with two (shown in the note).
         single = single_1core = 0.0
@@ -591,11 +591,11 @@ class Bench:
     # bulk append ---------------------------------------------------------------------------------------------------
     def b_append(self) -> None:
         r = self.rows["bulk_append"]
-        if not module_exists("rmqdump.appender"):
+        if not module_exists("rmqdump.write.appender"):
             r.result = "n/a (module missing)"
             return
-        from rmqdump.appender import bulk_append
-        from rmqdump.writer import MessageSpec
+        from rmqdump.write.appender import bulk_append
+        from rmqdump.write.writer import MessageSpec
 
         total = (8 if self.quick else 256) * MiB
         body = bytes(range(256)) * 4
@@ -618,7 +618,7 @@ class Bench:
 
 def _bench_key_hashes(idx: np.ndarray) -> np.ndarray:
     """IndexFile keyHash of ``BenchTopic#<key_for(i)>`` for every i (vectorised Java hashCode)."""
-    from rmqdump.javahash import index_key_hash
+    from rmqdump.codec.javahash import index_key_hash
 
     prefix = f"{TOPIC.decode()}#{key_for(0)[:1]}"
     h = np.full(len(idx), 0, dtype=np.uint64)
@@ -639,8 +639,8 @@ def _bench_key_hashes(idx: np.ndarray) -> np.ndarray:
 
 _FASTWALK_RSS = """
 import sys
-from rmqdump import fastwalk
-from rmqdump.commitlog import CommitLog
+from rmqdump.fast import walk as fastwalk
+from rmqdump.store.commitlog import CommitLog
 cl = CommitLog.open(sys.argv[1])
 res = fastwalk.verify_segments(cl.segments, jobs=fastwalk.default_jobs())
 bad = [s for s in res if s.stop not in ("blank", "end")]

@@ -3,7 +3,7 @@
 
 The first input byte picks a target, the rest is its payload:
 
-* ``decode``      - :func:`rmqdump.record.decode_record` on arbitrary bytes, then every derived
+* ``decode``      - :func:`rmqdump.codec.record.decode_record` on arbitrary bytes, then every derived
   field (topic, properties, keys, ids, tagsCode, decompressed body, the JSONL row);
 * ``walk_raw``    - the payload as one or two commitlog segments, walked with mmap and pread,
   stopping and ``keep_going``;
@@ -43,34 +43,34 @@ except ImportError:  # --replay and --make-seeds work without it
 
 if atheris is not None and __name__ == "__main__" and "--replay" not in sys.argv and "--make-seeds" not in sys.argv:
     with atheris.instrument_imports(include=["rmqdump"]):
-        import rmqdump.checkpoint  # noqa: F401
-        import rmqdump.commitlog  # noqa: F401
-        import rmqdump.config  # noqa: F401
-        import rmqdump.consumequeue  # noqa: F401
-        import rmqdump.indexfile  # noqa: F401
-        import rmqdump.msgid  # noqa: F401
-        import rmqdump.paths  # noqa: F401
-        import rmqdump.properties  # noqa: F401
-        import rmqdump.record  # noqa: F401
-        import rmqdump.schema  # noqa: F401
+        import rmqdump.codec.msgid  # noqa: F401
+        import rmqdump.codec.properties  # noqa: F401
+        import rmqdump.codec.record  # noqa: F401
+        import rmqdump.disk.paths  # noqa: F401
+        import rmqdump.rows.schema  # noqa: F401
+        import rmqdump.store.checkpoint  # noqa: F401
+        import rmqdump.store.commitlog  # noqa: F401
+        import rmqdump.store.config  # noqa: F401
+        import rmqdump.store.consumequeue  # noqa: F401
+        import rmqdump.store.indexfile  # noqa: F401
 
-from rmqdump.checkpoint import decode_checkpoint  # noqa: E402
-from rmqdump.commitlog import CommitLog, Skipped  # noqa: E402
-from rmqdump.config import (  # noqa: E402
+from rmqdump.codec.msgid import decode_offset_msg_id, decode_uniq_key, parse_host  # noqa: E402
+from rmqdump.codec.properties import decode_properties_text, parse_properties, split_keys  # noqa: E402
+from rmqdump.codec.record import Blank, Invalid, Message, decode_record, record_extent  # noqa: E402
+from rmqdump.disk.paths import decode_component, encode_component, is_safe_component  # noqa: E402
+from rmqdump.errors import RmqdumpError  # noqa: E402
+from rmqdump.rows.schema import BODY_MODES, message_to_dict  # noqa: E402
+from rmqdump.store.checkpoint import decode_checkpoint  # noqa: E402
+from rmqdump.store.commitlog import CommitLog, Skipped  # noqa: E402
+from rmqdump.store.config import (  # noqa: E402
     decode_consumer_offsets,
     decode_delay_offsets,
     decode_subscription_groups,
     decode_topics,
     parse_fastjson,
 )
-from rmqdump.consumequeue import BatchConsumeQueue, ConsumeQueue  # noqa: E402
-from rmqdump.errors import RmqdumpError  # noqa: E402
-from rmqdump.indexfile import IndexFile  # noqa: E402
-from rmqdump.msgid import decode_offset_msg_id, decode_uniq_key, parse_host  # noqa: E402
-from rmqdump.paths import decode_component, encode_component, is_safe_component  # noqa: E402
-from rmqdump.properties import decode_properties_text, parse_properties, split_keys  # noqa: E402
-from rmqdump.record import Blank, Invalid, Message, decode_record, record_extent  # noqa: E402
-from rmqdump.schema import BODY_MODES, message_to_dict  # noqa: E402
+from rmqdump.store.consumequeue import BatchConsumeQueue, ConsumeQueue  # noqa: E402
+from rmqdump.store.indexfile import IndexFile  # noqa: E402
 
 # --- scratch space -------------------------------------------------------------------------
 
@@ -383,7 +383,7 @@ def t_names(data: bytes) -> None:
     if is_safe_component(name):
         assert os.path.basename(name) == name and name not in (".", "..")
     try:
-        from rmqdump.export import partition_dir_name
+        from rmqdump.rows.export import partition_dir_name
     except Exception:  # pyarrow missing: the export encoder is not available
         return
     d = partition_dir_name("topic", name)

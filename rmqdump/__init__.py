@@ -18,15 +18,15 @@ __all__ = ["__version__", "CommitLog", "Store", "Message", "Blank", "Invalid", "
 def __getattr__(name: str):
     # Lazy re-exports keep `import rmqdump` (and `rmqdump --help`) cheap.
     if name == "CommitLog":
-        from .commitlog import CommitLog
+        from rmqdump.store.commitlog import CommitLog
         return CommitLog
     if name == "Store":
-        from .store import Store
+        from rmqdump.store.root import Store
         return Store
     if name in ("Message", "Blank", "Invalid"):
-        from . import record
+        from rmqdump.codec import record
         return getattr(record, name)
     if name == "RmqdumpError":
-        from .errors import RmqdumpError
+        from rmqdump.errors import RmqdumpError
         return RmqdumpError
     raise AttributeError(name)

@@ -21,14 +21,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rmqdump.checkpoint import Checkpoint, write_checkpoint  # noqa: E402
-from rmqdump.format import (  # noqa: E402
+from rmqdump.codec.layout import (  # noqa: E402
     MESSAGE_MAGIC_CODE,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from rmqdump.writer import MessageSpec, StoreWriter, make_uniq_key  # noqa: E402
+from rmqdump.store.checkpoint import Checkpoint, write_checkpoint  # noqa: E402
+from rmqdump.write.writer import MessageSpec, StoreWriter, make_uniq_key  # noqa: E402
 
 T0 = 1793491200000  # 2026-11-01T00:00:00Z
 FILE_SIZE = 4 * 1024

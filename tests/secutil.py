@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqdump.encoder import encode_fields
-from rmqdump.format import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from rmqdump.codec.encoder import encode_fields
+from rmqdump.codec.layout import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
 
 SEG0 = "00000000000000000000"
 RMQDUMP = [sys.executable, "-c", "import sys; from rmqdump.cli import main; sys.argv[0] = 'rmqdump'; main()"]

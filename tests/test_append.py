@@ -11,18 +11,18 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import manifest, real_store
-from rmqdump.appender import LockedAppender, StoreGeometry, bulk_append, inspect_store, record_to_spec
-from rmqdump.checkpoint import read_checkpoint
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.consumequeue import ConsumeQueue
+from rmqdump.codec.javahash import tags_hash
+from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rmqdump.codec.msgid import decode_offset_msg_id, decode_uniq_key
+from rmqdump.codec.record import Blank, Message, record_crc_property
 from rmqdump.errors import FormatError, StoreError
-from rmqdump.format import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
-from rmqdump.indexfile import IndexFile, IndexStore, list_index_files
-from rmqdump.javahash import tags_hash
-from rmqdump.msgid import decode_offset_msg_id, decode_uniq_key
-from rmqdump.record import Blank, Message, record_crc_property
-from rmqdump.writer import MessageSpec, StoreWriter
+from rmqdump.store.checkpoint import read_checkpoint
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.consumequeue import ConsumeQueue
+from rmqdump.store.indexfile import IndexFile, IndexStore, list_index_files
+from rmqdump.write.appender import LockedAppender, StoreGeometry, bulk_append, inspect_store, record_to_spec
+from rmqdump.write.writer import MessageSpec, StoreWriter
 
 SMALL = StoreGeometry(262144, 600, 500, 2000)  # broker498's geometry
 
@@ -38,7 +38,7 @@ def messages(path) -> list[Message]:
 
 def verify_errors(store) -> list:
     """Errors and warnings of `rmqdump verify` (the other engineer's checker)."""
-    from rmqdump.verify import verify_store
+    from rmqdump.analysis.verify import verify_store
 
     rep = verify_store(store)
     return [f for f in rep.findings if f.severity in ("error", "warning")], rep

@@ -11,15 +11,15 @@ import types
 
 import pytest
 
-import rmqdump.writer as writer_mod
+import rmqdump.write.writer as writer_mod
 from conftest import real_store
-from rmqdump.appender import LockedAppender, StoreGeometry, bulk_append
-from rmqdump.commitlog import CommitLog
-from rmqdump.consumequeue import ConsumeQueueWriter
-from rmqdump.format import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
-from rmqdump.javahash import index_key_hash
-from rmqdump.record import Message
-from rmqdump.writer import MessageSpec, index_hashes
+from rmqdump.codec.javahash import index_key_hash
+from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from rmqdump.codec.record import Message
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.consumequeue import ConsumeQueueWriter
+from rmqdump.write.appender import LockedAppender, StoreGeometry, bulk_append
+from rmqdump.write.writer import MessageSpec, index_hashes
 
 GEO = StoreGeometry(65536, 600, 100, 400)  # small files: segment, CQ and index rolls within a few hundred records
 BASE = 1_700_000_000_000

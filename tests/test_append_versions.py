@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 from oracle_fixtures import copy_store, oracle_run, recipe, tree_state
 
-from rmqdump.appender import LockedAppender, StoreGeometry, bulk_append
-from rmqdump.brokerversion import BrokerVersionError
+from rmqdump.broker.recovery import predict_recovery_auto
+from rmqdump.broker.version import BrokerVersionError
 from rmqdump.cli import cli
-from rmqdump.recovery import predict_recovery_auto
-from rmqdump.store import Store
-from rmqdump.writer import MessageSpec
+from rmqdump.store.root import Store
+from rmqdump.write.appender import LockedAppender, StoreGeometry, bulk_append
+from rmqdump.write.writer import MessageSpec
 
 GEO = StoreGeometry(65536, 320, 64, 256)
 LONG = "L" * 130  # 130 UTF-16 units: the V2 magic

@@ -33,8 +33,8 @@ def test_bench_quick_produces_every_row(tmp_path):
             assert row["figure"], key  # a measured row shows its figure
     assert rows["spark_per_core"]["result"] == "skipped"
     # the stores were generated with the encoder and walk cleanly to their BLANKs
-    from rmqdump.commitlog import CommitLog
-    from rmqdump.record import Blank
+    from rmqdump.codec.record import Blank
+    from rmqdump.store.commitlog import CommitLog
 
     w = CommitLog.open(tmp_path / "data" / "rec128").walk()
     recs = list(w)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, manifest, real_store
-from rmqdump.checkpoint import (
+from rmqdump.broker.lock import StoreLock, probe_lock
+from rmqdump.errors import FormatError, LockError, StoreError
+from rmqdump.store.checkpoint import (
     Checkpoint,
     decode_checkpoint,
     encode_checkpoint,
@@ -20,7 +22,7 @@ from rmqdump.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from rmqdump.config import (
+from rmqdump.store.config import (
     ConsumerOffsets,
     load_config_file,
     load_consumer_offsets,
@@ -29,8 +31,6 @@ from rmqdump.config import (
     load_topics,
     parse_fastjson,
 )
-from rmqdump.errors import FormatError, LockError, StoreError
-from rmqdump.lock import StoreLock, probe_lock
 
 # --- checkpoint ------------------------------------------------------------------------------
 
@@ -209,7 +209,7 @@ HOLDER = textwrap.dedent("""
 STORELOCK_HOLDER = textwrap.dedent("""
     import sys
     sys.path.insert(0, sys.argv[2])
-    from rmqdump.lock import StoreLock
+    from rmqdump.broker.lock import StoreLock
     with StoreLock(sys.argv[1]):
         print("locked", flush=True)
         sys.stdin.readline()

@@ -20,10 +20,10 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES, real_store
 from rmqdump import __version__
-from rmqdump.bodyfmt import BodySpecError, parse_body_spec
 from rmqdump.cli import COMMANDS, cli
 from rmqdump.cli.output import FORMATS
 from rmqdump.errors import RmqdumpError
+from rmqdump.rows.bodyfmt import BodySpecError, parse_body_spec
 
 
 def _command(name: str) -> click.Command:
@@ -293,7 +293,7 @@ def test_body_decoders(tmp_path, monkeypatch):
 
 
 def test_json_body_is_embedded(tmp_path):
-    from rmqdump.writer import MessageSpec, StoreWriter
+    from rmqdump.write.writer import MessageSpec, StoreWriter
 
     with StoreWriter(tmp_path / "s", commitlog_file_size=4096) as w:
         w.append(MessageSpec("T", json.dumps({"id": 7, "items": [1, 2]}).encode()))

@@ -11,9 +11,9 @@ from oracle.harness import expected_row
 
 from conftest import manifest, real_store
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.encoder import encode_message
-from rmqdump.record import Blank, Message
+from rmqdump.codec.encoder import encode_message
+from rmqdump.codec.record import Blank, Message
+from rmqdump.store.commitlog import CommitLog
 
 
 def scan_jsonl(path, *args) -> tuple[list[dict], str, int]:

@@ -8,7 +8,10 @@ import types
 import pytest
 
 from conftest import manifest, real_store
-from rmqdump.consumequeue import (
+from rmqdump.codec.javahash import tags_hash
+from rmqdump.codec.layout import CQ_EXT_MAX_ADDR, CQ_PRE_BLANK_SIZE
+from rmqdump.errors import FormatError, NotFoundError, RmqdumpError, StoreError, UnsupportedError
+from rmqdump.store.consumequeue import (
     BatchConsumeQueue,
     ConsumeQueue,
     ConsumeQueueWriter,
@@ -25,9 +28,6 @@ from rmqdump.consumequeue import (
     parse_queue_id,
     queue_offset_location,
 )
-from rmqdump.errors import FormatError, NotFoundError, RmqdumpError, StoreError, UnsupportedError
-from rmqdump.format import CQ_EXT_MAX_ADDR, CQ_PRE_BLANK_SIZE
-from rmqdump.javahash import tags_hash
 
 CASES = [("clean", "clean"), ("crash_kill9", "crash_kill9_after_rocketmq_recovery")]
 FILE_SIZE = 600

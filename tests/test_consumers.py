@@ -11,9 +11,9 @@ import re
 from click.testing import CliRunner
 
 from conftest import FIXTURES, manifest, real_store
+from rmqdump.analysis.consumers import NOTE_AHEAD, NOTE_NO_COMMIT, consumer_lag
 from rmqdump.cli import cli
-from rmqdump.consumers import NOTE_AHEAD, NOTE_NO_COMMIT, consumer_lag
-from rmqdump.store import Store
+from rmqdump.store.root import Store
 
 
 def _strict_json(text: str) -> dict:
@@ -153,7 +153,7 @@ def test_store_without_offsets_is_a_one_line_error(tmp_path):
 def test_fixture_lags():
     from collections import Counter
 
-    from rmqdump.record import Message
+    from rmqdump.codec.record import Message
 
     store = Store.open(FIXTURES / "store")
     counts = Counter(m.queue_id for m in store.commitlog.walk() if isinstance(m, Message) and m.topic == "TopicTest")

@@ -12,8 +12,8 @@ from test_lookup import fixture_specs
 from conftest import FIXTURES, manifest, real_store
 from rmqdump.cli import cli
 from rmqdump.errors import FormatError
-from rmqdump.geometry import parse_broker_conf, parse_java_properties, resolve_geometry
-from rmqdump.store import Store
+from rmqdump.store.geometry import parse_broker_conf, parse_java_properties, resolve_geometry
+from rmqdump.store.root import Store
 
 CLEAN = "clean"
 
@@ -140,8 +140,8 @@ def test_index_summary_on_the_real_store():
 def test_index_analysis_without_numpy_is_identical(monkeypatch):
     import builtins
 
-    from rmqdump.dumps import analyse_index_file
-    from rmqdump.indexfile import IndexFile, list_index_files
+    from rmqdump.analysis.dumps import analyse_index_file
+    from rmqdump.store.indexfile import IndexFile, list_index_files
 
     real_import = builtins.__import__
 
@@ -250,7 +250,7 @@ def test_java_properties_and_broker_conf(tmp_path):
 def test_index_damage_is_reported(store_copy):
     import struct
 
-    from rmqdump.indexfile import IndexFile
+    from rmqdump.store.indexfile import IndexFile
 
     store = store_copy(CLEAN)
     (path,) = (store / "index").iterdir()

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from rmqdump.appender import StoreGeometry, bulk_append, inspect_store
-from rmqdump.commitlog import CommitLog
-from rmqdump.consumequeue import ConsumeQueue
-from rmqdump.indexfile import IndexStore
-from rmqdump.record import END_OF_DATA, Message
-from rmqdump.repair import apply_plan
-from rmqdump.verify import verify_store
-from rmqdump.writer import MessageSpec, StoreWriter
+from rmqdump.analysis.verify import verify_store
+from rmqdump.codec.record import END_OF_DATA, Message
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.consumequeue import ConsumeQueue
+from rmqdump.store.indexfile import IndexStore
+from rmqdump.write.appender import StoreGeometry, bulk_append, inspect_store
+from rmqdump.write.repair import apply_plan
+from rmqdump.write.writer import MessageSpec, StoreWriter
 
 try:  # the index writer imports numpy lazily; do it before forking
     import numpy  # noqa: F401

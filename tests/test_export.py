@@ -1,4 +1,4 @@
-"""Single-machine export (rmqdump.arrow + rmqdump.export + `rmqdump export`), no Spark."""
+"""Single-machine export (rmqdump.rows.arrow + rmqdump.rows.export + `rmqdump export`), no Spark."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REAL, real_store
-from rmqdump.arrow import RECORD_SCHEMA, SegmentReport, record_batches
 from rmqdump.cli import cli
-from rmqdump.encoder import choose_magic, encode_fields, properties_bytes
-from rmqdump.export import NAME_MAX, export, partition_dir_name
-from rmqdump.schema import FIELDS
+from rmqdump.codec.encoder import choose_magic, encode_fields, properties_bytes
+from rmqdump.rows.arrow import RECORD_SCHEMA, SegmentReport, record_batches
+from rmqdump.rows.export import NAME_MAX, export, partition_dir_name
+from rmqdump.rows.schema import FIELDS
 
 
 def scan_rows(path: Path, *extra: str) -> list[dict]:
@@ -170,7 +170,7 @@ def test_output_checks(tmp_path):
 
 def _fast_available() -> bool:
     try:
-        from rmqdump import fastwalk
+        from rmqdump.fast import walk as fastwalk
     except ImportError:
         return False
     return fastwalk.fast_available()
@@ -203,8 +203,8 @@ def _hostile_store(root: Path) -> Path:
 
 @pytest.mark.skipif(not _fast_available(), reason="compiled fast walk unavailable (numba/numpy)")
 def test_vectorised_path_equals_per_record_path(tmp_path):
-    from rmqdump.arrow import read_split, segment_splits
-    from rmqdump.filters import RecordFilter
+    from rmqdump.rows.arrow import read_split, segment_splits
+    from rmqdump.rows.filters import RecordFilter
 
     stores = [real_store(n) for n in ("clean", "crash_torn", "corrupt_crc")] + [_hostile_store(tmp_path / "h")]
     filters = [None, RecordFilter(topics=("T", "TopicTest")), RecordFilter(keys=("k2", "b", "key-5")),

@@ -1,4 +1,4 @@
-"""The compiled fast path (rmqdump.fastwalk) against the pure path, record for record.
+"""The compiled fast path (rmqdump.fast.walk) against the pure path, record for record.
 
 Every comparison runs the real pure walker (CommitLog.walk over a file on disk) and the fast
 walker over the same bytes, and requires the same records (every Message slot), the same
@@ -18,15 +18,15 @@ import zlib
 import pytest
 
 from conftest import FIXTURES, REAL
-from rmqdump import fastwalk
-from rmqdump.commitlog import CommitLog
-from rmqdump.encoder import encode_blank, encode_fields, properties_bytes
-from rmqdump.format import (
+from rmqdump.codec.encoder import encode_blank, encode_fields, properties_bytes
+from rmqdump.codec.layout import (
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE_V2,
     STOREHOSTADDRESS_V6_FLAG,
 )
-from rmqdump.record import Blank, Message
+from rmqdump.codec.record import Blank, Message
+from rmqdump.fast import walk as fastwalk
+from rmqdump.store.commitlog import CommitLog
 
 pytestmark = pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")
 
@@ -395,10 +395,10 @@ def test_parallel_segment_map_in_processes():
 
 
 def test_importing_rmqdump_does_not_import_numba():
-    code = ("import sys, rmqdump, rmqdump.fastwalk, rmqdump.commitlog, rmqdump.cli, rmqdump.cli.scan\n"
+    code = ("import sys, rmqdump, rmqdump.fast.walk, rmqdump.store.commitlog, rmqdump.cli, rmqdump.cli.scan\n"
             "assert 'numba' not in sys.modules and 'numpy' not in sys.modules, 'eager import'\n"
-            "assert rmqdump.fastwalk.fast_available()\n"
-            "assert not rmqdump.fastwalk.use_fast(1 << 20) and rmqdump.fastwalk.use_fast(1 << 30)\n")
+            "assert rmqdump.fast.walk.fast_available()\n"
+            "assert not rmqdump.fast.walk.use_fast(1 << 20) and rmqdump.fast.walk.use_fast(1 << 30)\n")
     env = {k: v for k, v in os.environ.items() if k != "RMQDUMP_FAST"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr
@@ -406,9 +406,9 @@ def test_importing_rmqdump_does_not_import_numba():
 
 _COMPARE_FIXTURE = """
 import sys
-from rmqdump import fastwalk
-from rmqdump.commitlog import CommitLog
-from rmqdump.record import Message
+from rmqdump.fast import walk as fastwalk
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.codec.record import Message
 cl = CommitLog.open(sys.argv[1])
 slots = [s for s in Message.__slots__ if not s.startswith("_")]
 sig = lambda r: tuple(getattr(r, s, None) for s in slots) if isinstance(r, Message) else repr(r)

@@ -11,11 +11,11 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES, REPO
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.crc import reference_body_crc
-from rmqdump.encoder import encode_message
-from rmqdump.msgid import decode_offset_msg_id, decode_uniq_key
-from rmqdump.record import Blank, Message, record_crc_property
+from rmqdump.codec.crc import reference_body_crc
+from rmqdump.codec.encoder import encode_message
+from rmqdump.codec.msgid import decode_offset_msg_id, decode_uniq_key
+from rmqdump.codec.record import Blank, Message, record_crc_property
+from rmqdump.store.commitlog import CommitLog
 
 STORE = FIXTURES / "store"
 STORE_5X = FIXTURES / "store-5x"

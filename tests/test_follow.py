@@ -1,4 +1,4 @@
-"""`scan --follow` / :class:`rmqdump.follow.Follower` against a store being written concurrently."""
+"""`scan --follow` / :class:`rmqdump.analysis.follow.Follower` against a store being written concurrently."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import real_store
+from rmqdump.analysis.follow import Follower, FollowNotice
 from rmqdump.cli import cli
-from rmqdump.encoder import encode_fields
-from rmqdump.follow import Follower, FollowNotice
-from rmqdump.record import Blank, Message
-from rmqdump.writer import MessageSpec, StoreWriter
+from rmqdump.codec.encoder import encode_fields
+from rmqdump.codec.record import Blank, Message
+from rmqdump.write.writer import MessageSpec, StoreWriter
 
 FILE_SIZE = 4096  # small segments: the writer rolls (BLANK + new file) many times during a test
 
@@ -38,7 +38,7 @@ class _Writer:
         self.error: BaseException | None = None
         self._n = 0
         if kind == "appender":
-            appender = pytest.importorskip("rmqdump.appender")
+            appender = pytest.importorskip("rmqdump.write.appender")
             geo = appender.StoreGeometry(FILE_SIZE, 600, 500, 2000)
             self._app = appender.LockedAppender(root, create=True, geometry=geo, build_index=False).open()
             self._append, self._sync = self._app.append, self._app.commit

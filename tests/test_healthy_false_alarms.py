@@ -19,12 +19,12 @@ from click.testing import CliRunner
 from oracle_fixtures import copy_store, fixture_manifest
 
 from conftest import FIXTURES
-from rmqdump import fastwalk
-from rmqdump.appender import inspect_store
+from rmqdump.analysis.lookup import lookup_queue
+from rmqdump.analysis.verify import verify_store
 from rmqdump.cli import cli
-from rmqdump.lookup import lookup_queue
-from rmqdump.repair import apply_plan, plan_repair, rebuild_to
-from rmqdump.verify import verify_store
+from rmqdump.fast import walk as fastwalk
+from rmqdump.write.appender import inspect_store
+from rmqdump.write.repair import apply_plan, plan_repair, rebuild_to
 
 ORACLE = FIXTURES / "oracle"
 SEG0 = "00000000000000000000"

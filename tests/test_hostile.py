@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 from conftest import REPO, real_store
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
+from rmqdump.codec.record import Invalid, Message
 from rmqdump.errors import RmqdumpError
-from rmqdump.record import Invalid, Message
+from rmqdump.store.commitlog import CommitLog
 
 SEG = "00000000000000000000"
 

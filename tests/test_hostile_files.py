@@ -18,7 +18,7 @@ from secutil import run_cli
 
 from conftest import real_store
 from rmqdump.cli import COMMANDS
-from rmqdump.format import MAX_RECORD_SIZE
+from rmqdump.codec.layout import MAX_RECORD_SIZE
 
 TIMEOUT_S = 5.0
 RSS_LIMIT_KB = 200 * 1024 + 16 * MAX_RECORD_SIZE // 1024
@@ -36,7 +36,7 @@ PARTS = {
 }
 ARGS = {"scan": ["-f", "jsonl"], "lookup": ["--key", "key-1", "--topic", "TopicTest", "-f", "jsonl"]}
 
-KNOWN: dict[tuple[str, str], str] = {}  # every FIFO/device case below was fixed (rmqdump/fileio.py)
+KNOWN: dict[tuple[str, str], str] = {}  # every FIFO/device case below was fixed (rmqdump/disk/fileio.py)
 CASES = [(part, kind) for part in PARTS for kind in ("fifo", "socket", "devzero", "urandom")]
 
 

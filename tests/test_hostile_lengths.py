@@ -21,7 +21,7 @@ from secutil import SEG0, run_cli
 
 from conftest import real_store
 from rmqdump.cli import COMMANDS
-from rmqdump.format import MAX_RECORD_SIZE
+from rmqdump.codec.layout import MAX_RECORD_SIZE
 
 TIMEOUT_S = 5.0
 #: RSS allowance over the undamaged run of the same command: 16 x the largest legal record
@@ -67,7 +67,7 @@ def _values(fmt: str, past_end: int, extra: tuple = ()) -> list:
 
 def _index_chain_head() -> tuple[int, int]:
     """(entry number, its prevIndex) of the newest entry of a chain of length >= 3 in clean's index."""
-    from rmqdump.indexfile import IndexFile
+    from rmqdump.store.indexfile import IndexFile
 
     path = next((real_store("clean") / "index").iterdir())
     with IndexFile(path) as f:
@@ -194,7 +194,7 @@ BOMB = Path(__file__).resolve().parents[1] / "fixtures" / "bugs" / "decompressio
 
 def _bomb_store(root: Path, inflated: int) -> None:
     """How fixtures/bugs/decompression-bomb was made (one zlib record inflating to ``inflated`` bytes)."""
-    from rmqdump.encoder import encode_fields
+    from rmqdump.codec.encoder import encode_fields
 
     body = zlib.compress(b"\0" * inflated, 9)
     rec = encode_fields(topic=b"TopicBomb", body=body, properties=b"", sys_flag=0x301,

@@ -10,9 +10,10 @@ import threading
 import pytest
 
 from conftest import manifest, real_store
+from rmqdump.codec.javahash import index_key, index_key_hash
+from rmqdump.codec.layout import INDEX_ENTRY, INDEX_HEADER
 from rmqdump.errors import FormatError, NotFoundError, RmqdumpError
-from rmqdump.format import INDEX_ENTRY, INDEX_HEADER
-from rmqdump.indexfile import (
+from rmqdump.store.indexfile import (
     DEFAULT_GEOMETRY,
     IndexBuilder,
     IndexFile,
@@ -26,7 +27,6 @@ from rmqdump.indexfile import (
     key_hashes,
     list_index_files,
 )
-from rmqdump.javahash import index_key, index_key_hash
 
 CASES = [("clean", "clean"), ("crash_kill9", "crash_kill9_after_rocketmq_recovery")]
 SMALL = (500, 2000)

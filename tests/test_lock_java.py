@@ -18,11 +18,11 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from rmqdump.appender import LockedAppender
 from rmqdump.cli import cli
 from rmqdump.errors import LockError
-from rmqdump.repair import apply_plan
-from rmqdump.writer import MessageSpec
+from rmqdump.write.appender import LockedAppender
+from rmqdump.write.repair import apply_plan
+from rmqdump.write.writer import MessageSpec
 
 JAVA_SRC = textwrap.dedent("""
     import java.io.RandomAccessFile;
@@ -133,8 +133,8 @@ def test_jvm_cannot_lock_while_rmqdump_holds_it(java_class, store_copy):
 
 HOLDER = textwrap.dedent("""
     import sys
-    from rmqdump.appender import LockedAppender
-    from rmqdump.writer import MessageSpec
+    from rmqdump.write.appender import LockedAppender
+    from rmqdump.write.writer import MessageSpec
     with LockedAppender(sys.argv[1]) as app:
         app.append(MessageSpec("TopicTest", b"first appender"))
         app.commit()

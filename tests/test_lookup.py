@@ -1,4 +1,4 @@
-"""`rmqdump lookup` and rmqdump.lookup against the real RocketMQ 4.9.8 stores and the fixture store.
+"""`rmqdump lookup` and rmqdump.analysis.lookup against the real RocketMQ 4.9.8 stores and the fixture store.
 
 Expectations come from the manifests RocketMQ's own classes wrote (message, cq_entry and
 index_query lines) and, for the fixture store, from the specs in scripts/make_fixtures.py —
@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES, REPO, manifest, real_store
+from rmqdump.analysis.lookup import lookup_key, lookup_msg_id, lookup_queue, lookup_uniq_key
 from rmqdump.cli import cli
-from rmqdump.indexfile import IndexBuilder
-from rmqdump.javahash import index_key_hash
-from rmqdump.lookup import lookup_key, lookup_msg_id, lookup_queue, lookup_uniq_key
+from rmqdump.codec.javahash import index_key_hash
+from rmqdump.store.indexfile import IndexBuilder
 
 CLEAN = "clean"
 
@@ -227,7 +227,7 @@ def test_damaged_body_is_still_found_with_a_warning():
 @pytest.mark.parametrize("max_num", [1, 3, 9, 10, 11])
 def test_max_stops_the_chain_walk_early_with_the_same_answer(monkeypatch, max_num):
     """--max ends the chain walk once max + 1 hits are confirmed in chain order; the answer is the full one's prefix."""
-    import rmqdump.lookup as lib
+    import rmqdump.analysis.lookup as lib
 
     store = real_store(CLEAN)
     full = lookup_key(store, "TopicTest", "order-0")
@@ -247,7 +247,7 @@ def test_max_stops_the_chain_walk_early_with_the_same_answer(monkeypatch, max_nu
 
 def test_max_on_a_chain_out_of_commitlog_order_walks_it_all(tmp_path):
     """A chain whose offsets rise as it is read (not what a broker writes): no early stop, same answer."""
-    from rmqdump.indexfile import IndexFile, IndexFileWriter
+    from rmqdump.store.indexfile import IndexFile, IndexFileWriter
 
     store = tmp_path / "s"
     shutil.copytree(real_store(CLEAN), store)
@@ -488,7 +488,7 @@ def test_damaged_chain_scans_the_files_range(store_copy, field, value):
     """One entry of a key's chain damaged (keyHash, prevIndex or timeDiff): detected, and nothing is lost."""
     import struct
 
-    from rmqdump.indexfile import IndexFile
+    from rmqdump.store.indexfile import IndexFile
 
     store = store_copy(CLEAN)
     (path,) = (store / "index").iterdir()
@@ -572,7 +572,7 @@ def test_key_lookup_to_a_pipe_loads_no_renderer():
 
     code = ("import sys\nfrom rmqdump.cli import cli\n"
             "try:\n    cli.main(args=sys.argv[1:], prog_name='rmqdump')\nexcept SystemExit:\n    pass\n"
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'csv') or m == 'rmqdump.bodyfmt')\n"
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'csv') or m == 'rmqdump.rows.bodyfmt')\n"
             "sys.stderr.write('LOADED ' + ' '.join(bad) + '\\n')\n")
     r = subprocess.run([sys.executable, "-c", code, "lookup", str(real_store(CLEAN)), "--key", "order-0", "--topic",
                         "TopicTest", "--max", "2", "-f", "jsonl"], capture_output=True, text=True, timeout=120)

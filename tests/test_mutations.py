@@ -26,11 +26,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import real_store
+from rmqdump.analysis.verify import verify_store
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
+from rmqdump.codec.record import Blank, Message
 from rmqdump.errors import RmqdumpError
-from rmqdump.record import Blank, Message
-from rmqdump.verify import verify_store
+from rmqdump.store.commitlog import CommitLog
 
 SEED = 20261121
 N_MUTATIONS = 1200

@@ -19,8 +19,7 @@ import pytest
 from secutil import build_store, props, run_cli, snapshot
 
 from rmqdump.cli import COMMANDS
-from rmqdump.errors import StoreError
-from rmqdump.paths import (
+from rmqdump.disk.paths import (
     NAME_MAX,
     check_no_symlinks,
     decode_component,
@@ -29,6 +28,7 @@ from rmqdump.paths import (
     is_safe_component,
     safe_child,
 )
+from rmqdump.errors import StoreError
 
 MARK = "rmqdump-escape-probe"
 HOSTILE_TOPICS: list[bytes] = [
@@ -225,7 +225,7 @@ def test_ensure_within_and_check_no_symlinks(tmp_path):
 
 def test_export_partition_dir_name_is_safe():
     pytest.importorskip("pyarrow")
-    from rmqdump.export import partition_dir_name
+    from rmqdump.rows.export import partition_dir_name
 
     seen = {}
     # names reachable from a store: topics are decoded with "replace", broker names with
@@ -240,7 +240,7 @@ def test_export_partition_dir_name_is_safe():
 
 def test_store_writer_refuses_unsafe_topics(tmp_path):
     """The dispatching writer (appender, fixtures) never turns a hostile topic into a path."""
-    from rmqdump.writer import MessageSpec, StoreWriter
+    from rmqdump.write.writer import MessageSpec, StoreWriter
 
     w = StoreWriter(tmp_path / "s", commitlog_file_size=65536, cq_file_size=600, index_slots=16, index_entries=64)
     for topic in ("../../x", "/abs", ".", "..", "a/b", "x" * 300):

@@ -8,19 +8,19 @@ import zlib
 
 import pytest
 
-from rmqdump.crc import (
+from rmqdump.codec.crc import (
     body_crc,
     decode_crc_property_value,
     encode_crc_property_value,
     reference_body_crc,
     reference_crc32,
 )
-from rmqdump.encoder import encode_blank, encode_fields, with_record_crc
+from rmqdump.codec.encoder import encode_blank, encode_fields, with_record_crc
+from rmqdump.codec.javahash import index_key_hash, java_string_hash, parse_delay_levels, tags_hash
+from rmqdump.codec.msgid import create_offset_msg_id, decode_offset_msg_id, decode_uniq_key, format_host, parse_host
+from rmqdump.codec.properties import parse_properties, split_keys
+from rmqdump.codec.record import Message, decode_record, record_crc_property
 from rmqdump.errors import FormatError
-from rmqdump.javahash import index_key_hash, java_string_hash, parse_delay_levels, tags_hash
-from rmqdump.msgid import create_offset_msg_id, decode_offset_msg_id, decode_uniq_key, format_host, parse_host
-from rmqdump.properties import parse_properties, split_keys
-from rmqdump.record import Message, decode_record, record_crc_property
 
 
 @pytest.mark.parametrize("key,hashcode,keyhash,slot", [

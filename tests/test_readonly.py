@@ -212,7 +212,7 @@ def test_evidence_is_never_written_into_the_store(copy_of):
 
 def test_evidence_flags_a_file_that_changes_during_the_command(copy_of, tmp_path):
     """In-process: a segment that grows after it was opened is flagged (live store)."""
-    from rmqdump import evidence
+    from rmqdump.disk import evidence
 
     store = copy_of("clean")
     seg = store / "commitlog" / "00000000000000262144"
@@ -237,7 +237,7 @@ def test_evidence_hash_file_never_reads_special_files(tmp_path):
 
     from secutil import sha256_file
 
-    from rmqdump.evidence import hash_file
+    from rmqdump.disk.evidence import hash_file
 
     f = tmp_path / "f"
     f.write_bytes(b"segment bytes")

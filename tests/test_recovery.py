@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import manifest, real_store
-from rmqdump.checkpoint import Checkpoint, write_checkpoint
-from rmqdump.commitlog import CommitLog
-from rmqdump.consumequeue import ConsumeQueue, discover_queues
-from rmqdump.encoder import encode_fields
-from rmqdump.format import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
-from rmqdump.record import Message, decode_record
-from rmqdump.recovery import (
+from rmqdump.broker.recovery import (
     MODE_ABNORMAL,
     MODE_NORMAL,
     MODE_REFUSES,
@@ -28,8 +22,14 @@ from rmqdump.recovery import (
     normal_start_index,
     predict_recovery,
 )
-from rmqdump.segment import Segment
-from rmqdump.store import Store
+from rmqdump.codec.encoder import encode_fields
+from rmqdump.codec.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from rmqdump.codec.record import Message, decode_record
+from rmqdump.disk.segment import Segment
+from rmqdump.store.checkpoint import Checkpoint, write_checkpoint
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.consumequeue import ConsumeQueue, discover_queues
+from rmqdump.store.root import Store
 
 DAMAGED = ["corrupt_crc", "crash_torn", "crash_torn_props", "crash_kill9"]
 SEG0, SEG1 = "00000000000000000000", "00000000000000262144"

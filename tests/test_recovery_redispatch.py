@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 from oracle_fixtures import fixture_dir, fixture_manifest
 
+from rmqdump.broker.recovery import consume_queue_states, predict_recovery
+from rmqdump.broker.redispatch import DispatchModel
 from rmqdump.cli import cli
-from rmqdump.recovery import consume_queue_states, predict_recovery
-from rmqdump.redispatch import DispatchModel
-from rmqdump.store import Store
+from rmqdump.store.root import Store
 
 
 def _queue_ends(manifest: list[dict]) -> dict[str, int]:

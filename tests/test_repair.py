@@ -13,15 +13,15 @@ from click.testing import CliRunner
 from oracle_fixtures import tree_state
 
 from conftest import manifest, real_store
-from rmqdump.appender import inspect_store
+from rmqdump.analysis.verify import verify_store
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.consumequeue import ConsumeQueue, discover_queues
+from rmqdump.codec.record import Message
 from rmqdump.errors import StoreError
-from rmqdump.indexfile import IndexStore
-from rmqdump.record import Message
-from rmqdump.repair import apply_plan, filler_record, plan_repair, read_manifest, undo_backup
-from rmqdump.verify import verify_store
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.consumequeue import ConsumeQueue, discover_queues
+from rmqdump.store.indexfile import IndexStore
+from rmqdump.write.appender import inspect_store
+from rmqdump.write.repair import apply_plan, filler_record, plan_repair, read_manifest, undo_backup
 
 
 def tree_digest(root) -> dict[str, str]:
@@ -176,8 +176,8 @@ def test_corrupt_crc_salvage_keeps_everything_after_the_damage(store_copy, tmp_p
         with IndexStore(store) as idx:  # the destroyed message's index entries were dropped with the rebuild
             assert all(15458 not in idx.query("TopicTest", k).phy_offsets for k in damaged.keys + ["key-48"])
     # the broker's recovery keeps everything now
-    from rmqdump.recovery import predict_recovery
-    from rmqdump.store import Store
+    from rmqdump.broker.recovery import predict_recovery
+    from rmqdump.store.root import Store
 
     assert predict_recovery(Store.open(store)).max_offset == 397358
     undo_backup(tmp_path / "bk")
@@ -185,7 +185,7 @@ def test_corrupt_crc_salvage_keeps_everything_after_the_damage(store_copy, tmp_p
 
 
 def test_filler_record_is_accepted_and_exact():
-    from rmqdump.record import decode_record
+    from rmqdump.codec.record import decode_record
 
     for n in (91, 100, 105, 4000):
         rec = filler_record(1000, n, 1795297369000)
@@ -200,8 +200,8 @@ def test_filler_record_is_accepted_and_exact():
 
 
 def test_half_written_append_batch_is_cut_off(store_copy, tmp_path):
-    from rmqdump.appender import LockedAppender
-    from rmqdump.writer import MessageSpec
+    from rmqdump.write.appender import LockedAppender
+    from rmqdump.write.writer import MessageSpec
 
     store = store_copy("clean")
     app = LockedAppender(store).open()

@@ -16,10 +16,10 @@ from click.testing import CliRunner
 from oracle_fixtures import copy_store, fixture_manifest, oracle_run, recipe
 
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.consumequeue import ConsumeQueue
-from rmqdump.encoder import FILLER_BODY_PREFIX
-from rmqdump.record import Message
+from rmqdump.codec.encoder import FILLER_BODY_PREFIX
+from rmqdump.codec.record import Message
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.consumequeue import ConsumeQueue
 
 NAME = "498-flip-body-mid"
 DAMAGED = {1862: ("TopicF", 0, 4, None), 2298: ("TopicF", 0, 5, "%LMQ%roomF")}

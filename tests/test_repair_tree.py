@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 from oracle_fixtures import copy_store, fixture_dir, fixture_manifest, oracle_run, recipe, tree_state
 
+from rmqdump.analysis.verify import verify_store
 from rmqdump.cli import cli
 from rmqdump.errors import StoreError
-from rmqdump.repair import apply_plan, read_manifest, undo_backup
-from rmqdump.verify import verify_store
+from rmqdump.write.repair import apply_plan, read_manifest, undo_backup
 
 FIXTURE = "498-multi-topic"
 

@@ -1,4 +1,4 @@
-"""The compiled renderers (rmqdump.fastrender) against the pure path, byte for byte.
+"""The compiled renderers (rmqdump.fast.render) against the pure path, byte for byte.
 
 ``rmqdump scan -f jsonl`` must print the same bytes (and the same stderr summary and exit
 code) with ``RMQDUMP_FAST=1`` as with ``RMQDUMP_FAST=0`` in every body mode, and the Arrow
@@ -18,12 +18,13 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES, REAL
-from rmqdump import fastrender, fastwalk
-from rmqdump.arrow import read_split, record_batches
 from rmqdump.cli import cli
-from rmqdump.encoder import encode_blank, encode_fields
+from rmqdump.codec.encoder import encode_blank, encode_fields
+from rmqdump.codec.layout import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
 from rmqdump.errors import RmqdumpError
-from rmqdump.format import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, STOREHOSTADDRESS_V6_FLAG
+from rmqdump.fast import render as fastrender
+from rmqdump.fast import walk as fastwalk
+from rmqdump.rows.arrow import read_split, record_batches
 
 pytestmark = pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")
 
@@ -161,7 +162,7 @@ def test_scan_jsonl_awkward(monkeypatch, spy, awkward_store, mode):
     assert out.count(b"\n") == 120
     # the kernel rendered most lines itself (only the special records went through Python)
     r = fastrender.JsonlRenderer(lambda b: None, lambda m: b"", fastrender.BODY_MODES.get(mode.split(":")[0], 1))
-    from rmqdump.commitlog import CommitLog
+    from rmqdump.store.commitlog import CommitLog
 
     walk = fastwalk.FastWalk(CommitLog.open(awkward_store))
     for item in walk.batches():
@@ -196,7 +197,7 @@ def test_scan_jsonl_options_real(monkeypatch, spy):
 def test_small_buffer_and_batches(awkward_store, monkeypatch):
     """Output buffer overflows, single-record batches and worker threads give the same bytes as
     one big buffer on one thread."""
-    from rmqdump.commitlog import CommitLog
+    from rmqdump.store.commitlog import CommitLog
 
     def run(buffer_size: int, batch_records: int, jobs: int = 1) -> bytes:
         chunks: list[bytes] = []
@@ -221,14 +222,14 @@ def test_small_buffer_and_batches(awkward_store, monkeypatch):
         assert run(fastrender.OUT_BUFFER, 65536, jobs) == big
         assert run(5000, 65536, jobs) == big  # workers stop at a full buffer: finished on the caller's thread
         assert run(5000, 7, jobs) == big
-    from rmqdump.commitlog import CommitLog as CL
+    from rmqdump.store.commitlog import CommitLog as CL
 
     assert big == b"".join(_pure_line(m) for m in CL.open(awkward_store).walk() if hasattr(m, "topic_raw"))
 
 
 def _pure_line(msg) -> bytes:
-    from rmqdump.bodyfmt import BodyDecoder, message_to_row
     from rmqdump.cli.output import _dumps
+    from rmqdump.rows.bodyfmt import BodyDecoder, message_to_row
 
     return (_dumps(message_to_row(msg, BodyDecoder("base64", "base64"))) + "\n").encode()
 
@@ -236,11 +237,11 @@ def _pure_line(msg) -> bytes:
 # --- Arrow / Parquet ---------------------------------------------------------------------------------
 def _table(source, fast: bool, **kw) -> pa.Table:
     batches = []
-    from rmqdump.arrow import iter_splits
+    from rmqdump.rows.arrow import iter_splits
 
     for split in iter_splits(source):
         batches.extend(read_split(split, fast=fast, **kw))
-    from rmqdump.arrow import RECORD_SCHEMA
+    from rmqdump.rows.arrow import RECORD_SCHEMA
 
     return pa.Table.from_batches(batches, schema=RECORD_SCHEMA)
 
@@ -271,7 +272,7 @@ def test_arrow_awkward(awkward_store, kw):
 
 
 def test_parquet_export_identical(tmp_path, monkeypatch, awkward_store):
-    from rmqdump.export import export
+    from rmqdump.rows.export import export
 
     tables = []
     for flag in ("0", "1"):
@@ -306,7 +307,7 @@ def test_numba_jit_fallback(awkward_store, tmp_path):
         outs.append(res.stdout)
     assert outs[0].count(b"\n") == 120
     assert outs[1] == outs[0]
-    probe = ("from rmqdump import fastrender; import sys; b = fastrender.backend(); "
+    probe = ("from rmqdump.fast import render as fastrender; import sys; b = fastrender.backend(); "
              "sys.stdout.write(b.kind)")
     res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=900,
                          env={**os.environ, "RMQDUMP_FAST_LIBRARY": "0", "NUMBA_CACHE_DIR": str(tmp_path / "numba")})
@@ -315,7 +316,7 @@ def test_numba_jit_fallback(awkward_store, tmp_path):
 
 def test_arrow_read_ahead(monkeypatch, awkward_store):
     """The walk on a helper thread (big segments) gives the same batches; closing early joins it."""
-    from rmqdump import arrow
+    from rmqdump.rows import arrow
 
     monkeypatch.setattr(fastwalk, "default_jobs", lambda: 2)
     want = _table(str(awkward_store), True, include_body=True)

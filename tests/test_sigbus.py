@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from secutil import RMQDUMP, SEG0
 
-from rmqdump.encoder import encode_fields
-from rmqdump.segment import Segment
+from rmqdump.codec.encoder import encode_fields
+from rmqdump.disk.segment import Segment
 
 SEG_SIZE = 64 << 20
 BODY = bytes(range(256)) * 4

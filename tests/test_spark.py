@@ -25,10 +25,18 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import real_store
-from rmqdump.arrow import CQ_SCHEMA, INDEX_SCHEMA, RECORD_SCHEMA, index_splits, queue_splits, read_index, read_queue
 from rmqdump.cli import cli
-from rmqdump.export import export as local_export
-from rmqdump.schema import FIELDS
+from rmqdump.rows.arrow import (
+    CQ_SCHEMA,
+    INDEX_SCHEMA,
+    RECORD_SCHEMA,
+    index_splits,
+    queue_splits,
+    read_index,
+    read_queue,
+)
+from rmqdump.rows.export import export as local_export
+from rmqdump.rows.schema import FIELDS
 
 pytestmark = pytest.mark.spark
 
@@ -138,7 +146,7 @@ def test_export_parity_with_scan(spark, tmp_path):
 
 
 def test_stats_and_lookup(spark):
-    from rmqdump.lookup import lookup_key
+    from rmqdump.analysis.lookup import lookup_key
     from rmqdump.spark import jobs
 
     paths = [str(real_store(n)) for n in (*STORES, "crash_torn")]
@@ -177,8 +185,8 @@ def _damage_consume_queue(store: Path) -> None:
 
 
 def test_verify_parity(spark, store_copy):
+    from rmqdump.analysis.verify import verify_store
     from rmqdump.spark import jobs
-    from rmqdump.verify import verify_store
 
     cq_damaged = store_copy("clean")
     _damage_consume_queue(cq_damaged)

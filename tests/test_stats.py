@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES, manifest, real_store
+from rmqdump.analysis.stats import BODY_SIZE_EDGES, compute_stats, stats_rows
 from rmqdump.cli import cli
-from rmqdump.stats import BODY_SIZE_EDGES, compute_stats, stats_rows
 
 SYSTEM = ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC")
 

@@ -9,13 +9,13 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES, manifest, real_store
+from rmqdump.broker.systopics import PendingTracker, parse_op_body, pending_states, resolve
 from rmqdump.cli import cli
-from rmqdump.config import load_delay_offsets
-from rmqdump.record import Message
-from rmqdump.schema import message_to_dict
-from rmqdump.store import Store
-from rmqdump.systopics import PendingTracker, parse_op_body, pending_states, resolve
-from rmqdump.writer import MessageSpec, StoreWriter
+from rmqdump.codec.record import Message
+from rmqdump.rows.schema import message_to_dict
+from rmqdump.store.config import load_delay_offsets
+from rmqdump.store.root import Store
+from rmqdump.write.writer import MessageSpec, StoreWriter
 
 CLEAN_END = 397358
 

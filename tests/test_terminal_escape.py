@@ -24,7 +24,7 @@ import pytest
 from secutil import RMQDUMP, build_store, props, run_cli
 
 from rmqdump.cli import COMMANDS
-from rmqdump.writer import MessageSpec, StoreWriter
+from rmqdump.write.writer import MessageSpec, StoreWriter
 
 SGR = "\x1b[5;35m"  # blink magenta: never emitted by rich itself
 CLEAR = "\x1b[2J"

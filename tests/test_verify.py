@@ -12,13 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import manifest, real_store
+from rmqdump.analysis.verify import verify_segment, verify_store
+from rmqdump.analysis.verify.records import merge_segments
+from rmqdump.broker.lock import StoreLock
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.encoder import encode_fields, with_record_crc
+from rmqdump.codec.encoder import encode_fields, with_record_crc
 from rmqdump.findings import ERROR
-from rmqdump.lock import StoreLock
-from rmqdump.verify import verify_segment, verify_store
-from rmqdump.verify.records import merge_segments
+from rmqdump.store.commitlog import CommitLog
 
 SEG0, SEG1 = "00000000000000000000", "00000000000000262144"
 CL0 = f"commitlog/{SEG0}"
@@ -426,8 +426,8 @@ def test_table_report_escapes_data(tmp_path):
 def test_every_emitted_kind_is_documented():
     import re
 
-    import rmqdump.verify as V
-    from rmqdump import record
+    import rmqdump.analysis.verify as V
+    from rmqdump.codec import record
 
     root = Path(V.__file__).parent
     pattern = re.compile(r'(?:emit|Finding|_add|add)\(\s*[A-Za-z_ ]+(?:if [^,]+ else [A-Z]+)?,\s*"([a-z_]+)"')

@@ -1,4 +1,4 @@
-"""The compiled verify path (rmqdump.verify.fast) against the pure one: identical findings and JSON.
+"""The compiled verify path (rmqdump.analysis.verify.fast) against the pure one: identical findings and JSON.
 
 Every fixture store, every real broker498 store, hand-damaged copies and a synthetic store that
 trips each per-record check (so both the kernel-cleared and the Python-checked records occur,
@@ -19,13 +19,13 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import FIXTURES, REAL
-from rmqdump import fastwalk
-from rmqdump import recovery as R
+from rmqdump.analysis.verify import verify_segment, verify_store
+from rmqdump.analysis.verify.fast import broker_walk_fast
+from rmqdump.broker import recovery as R
 from rmqdump.cli import cli
-from rmqdump.commitlog import CommitLog
-from rmqdump.encoder import encode_blank, encode_fields, with_record_crc
-from rmqdump.verify import verify_segment, verify_store
-from rmqdump.verify.fast import broker_walk_fast
+from rmqdump.codec.encoder import encode_blank, encode_fields, with_record_crc
+from rmqdump.fast import walk as fastwalk
+from rmqdump.store.commitlog import CommitLog
 
 pytestmark = pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")
 

@@ -214,7 +214,7 @@ def test_repair_rebuild_to_reports_fsync_failure(tmp_path, monkeypatch):
 def locked(tmp_path):
     """A copy of crash_torn whose broker lock another process holds."""
     store = _copy(tmp_path, "crash_torn")
-    code = ("import sys, time; from rmqdump.lock import StoreLock; l = StoreLock(sys.argv[1]).acquire(); "
+    code = ("import sys, time; from rmqdump.broker.lock import StoreLock; l = StoreLock(sys.argv[1]).acquire(); "
             "print('locked', flush=True); sys.stdin.read()")
     p = subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)

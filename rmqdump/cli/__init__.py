@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from .. import __version__
+from rmqdump import __version__
 
 # name -> (module, attribute, one-line help). Modules load only when their command runs,
 # so `rmqdump --help` stays fast.
@@ -43,7 +43,7 @@ class LazyGroup(click.Group):
         return getattr(module, spec[1])
 
     def invoke(self, ctx: click.Context):
-        from ..errors import RmqdumpError
+        from rmqdump.errors import RmqdumpError
 
         try:
             return super().invoke(ctx)
@@ -79,7 +79,7 @@ def cli(ctx: click.Context, traceback: bool, evidence_file: str | None) -> None:
     ctx.ensure_object(dict)
     ctx.obj["traceback"] = traceback
     if evidence_file:
-        from .. import evidence
+        from rmqdump.disk import evidence
 
         evidence.start()
         ctx.call_on_close(lambda: _finish_evidence(evidence_file))
@@ -87,8 +87,8 @@ def cli(ctx: click.Context, traceback: bool, evidence_file: str | None) -> None:
 
 def _finish_evidence(path: str) -> None:
     """After the command: hash every file it read into the manifest (an error here exits 2)."""
-    from .. import evidence
-    from ..errors import RmqdumpError
+    from rmqdump.disk import evidence
+    from rmqdump.errors import RmqdumpError
 
     try:
         evidence.write_evidence(path)

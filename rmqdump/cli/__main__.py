@@ -1,6 +1,6 @@
 """``python -m rmqdump.cli`` = the ``rmqdump`` command."""
 
-from . import main
+from rmqdump.cli import main
 
 if __name__ == "__main__":
     main()

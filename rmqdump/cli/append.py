@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from ..errors import FormatError
-from ..format import TRANSACTION_BY_NAME
-from .options import output_options
-from .output import RecordWriter, default_format, diag
+from rmqdump.cli.options import output_options
+from rmqdump.cli.output import RecordWriter, default_format, diag
+from rmqdump.codec.layout import TRANSACTION_BY_NAME
+from rmqdump.errors import FormatError
 
 ACK_FIELDS = ("offset", "msg_id", "topic", "queue_id", "queue_offset", "uniq_key", "size", "store_timestamp",
               "blank_at")
@@ -133,8 +133,8 @@ def append(store, topic, queue_id, tags, keys, properties, body_text, body_file,
     broker cannot read (a V2-magic record for a 4.x broker, see --broker-version) is refused
     before anything is written (exit 2).
     """
-    from ..appender import LockedAppender, read_jsonl, require_cq_file_size, store_geometry
-    from ..writer import MessageSpec
+    from rmqdump.write.appender import LockedAppender, read_jsonl, require_cq_file_size, store_geometry
+    from rmqdump.write.writer import MessageSpec
 
     fmt = default_format(fmt)
     if jsonl is not None:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import click
 
-from ..bodyfmt import message_to_row
-from ..consumers import LAG_FIELDS, consumer_lag, iter_unconsumed
-from ..errors import StoreError
-from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from ..record import Message
-from ..schema import FIELDS
-from ..store import Store
-from ..systopics import resolve
-from .options import access_options, body_decoder_options, output_options, resolve_body_decoder, store_argument
-from .output import RecordWriter, default_format, diag, iso_ms
+from rmqdump.analysis.consumers import LAG_FIELDS, consumer_lag, iter_unconsumed
+from rmqdump.broker.systopics import resolve
+from rmqdump.cli.options import (
+    access_options,
+    body_decoder_options,
+    output_options,
+    resolve_body_decoder,
+    store_argument,
+)
+from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms
+from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.codec.record import Message
+from rmqdump.errors import StoreError
+from rmqdump.rows.bodyfmt import message_to_row
+from rmqdump.rows.schema import FIELDS
+from rmqdump.store.root import Store
 
 LAG_COLUMNS = [
     ("group", "GROUP", 24), ("topic", "TOPIC", 28), ("queue_id", "Q", 3), ("committed", "COMMITTED", 9),

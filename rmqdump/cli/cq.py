@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .geometry import broker_config_option, resolve
-from .options import output_options, store_argument
+from rmqdump.cli.geometry import broker_config_option, resolve
+from rmqdump.cli.options import output_options, store_argument
 
 TABLE_COLUMNS = [
     ("topic", "TOPIC", 28), ("queue_id", "Q", 4), ("queue_offset", "QOFF", 8), ("commit_log_offset", "OFFSET", 14),
@@ -33,7 +33,7 @@ def render(console, doc: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from .output import escape_control
+    from rmqdump.cli.output import escape_control
 
     t = Table(title=f"consume queues (file size {doc['file_size']}, {doc['file_size_source']})", box=None)
     for c in ("topic", "queue", "files", "min offset", "max offset", "entries", "max physic offset", "notes"):
@@ -72,10 +72,10 @@ def cq(store, topic, queue_id, mode, raw, fmt, quiet, broker_config):
     Entries: queue offset, commitlog offset, size, tagsCode and status (valid, invalid,
     pre_blank) of each unit in the broker's view [first file start, max offset).
     """
-    from ..dumps import CQ_ENTRY_FIELDS, cq_entries, cq_summary
-    from ..errors import NotFoundError
-    from ..store import Store
-    from .output import RecordWriter, default_format, emit_document
+    from rmqdump.analysis.dumps import CQ_ENTRY_FIELDS, cq_entries, cq_summary
+    from rmqdump.cli.output import RecordWriter, default_format, emit_document
+    from rmqdump.errors import NotFoundError
+    from rmqdump.store.root import Store
 
     if mode is None:
         mode = "entries" if topic is not None and queue_id is not None else "summary"
@@ -94,7 +94,7 @@ def cq(store, topic, queue_id, mode, raw, fmt, quiet, broker_config):
         finally:
             writer.close()
         if not quiet:
-            from .output import diag
+            from rmqdump.cli.output import diag
 
             diag(f"{writer.count} entries; consume queue file size {geo.cq_file_size} "
                  f"({geo.sources.get('consumequeue')})")

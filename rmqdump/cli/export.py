@@ -6,8 +6,8 @@ import time
 
 import click
 
-from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from .options import access_options, parse_time, store_argument
+from rmqdump.cli.options import access_options, parse_time, store_argument
+from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "none")
 
@@ -27,7 +27,7 @@ def record_filter_options(f):
 
 
 def make_filter(topic, queue_id, tag, key, since, until):
-    from ..filters import RecordFilter
+    from rmqdump.rows.filters import RecordFilter
 
     flt = RecordFilter(tuple(topic), queue_id, tuple(tag), tuple(key), parse_time(since, "--since"),
                        parse_time(until, "--until"))
@@ -44,7 +44,7 @@ def read_options(body: bool, decompress: bool, flt, crc: str, keep_going: bool, 
 
 def report_segments(reports, quiet: bool) -> int:
     """Print segments that ended at damage; return 1 if any did, else 0."""
-    from .output import diag
+    from rmqdump.cli.output import diag
 
     damaged = [r for r in reports if r.stop_kind not in ("end_of_data", "blank")]
     if not quiet:
@@ -88,11 +88,11 @@ def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag,
     For many stores at once use `rmqdump spark export`.
     """
     try:
-        from ..export import export as run_export
-        from ..export import infer_format, parse_partition_by
+        from rmqdump.rows.export import export as run_export
+        from rmqdump.rows.export import infer_format, parse_partition_by
     except ImportError as e:
         raise click.ClickException(f"export needs pyarrow ({e}): pip install pyarrow") from None
-    from .output import diag, progress_bar
+    from rmqdump.cli.output import diag, progress_bar
 
     cols = parse_partition_by(partition_by)
     if not cols:
@@ -100,7 +100,7 @@ def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag,
     opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
                         no_mmap, max_message_size)
     t0 = time.perf_counter()
-    from ..arrow import iter_splits
+    from rmqdump.rows.arrow import iter_splits
 
     total = sum(s.size for s in iter_splits(store))
     with progress_bar(total, "exporting", not quiet) as update:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import compose
+from rmqdump.cli.options import compose
 
 broker_config_option = click.option(
     "--broker-config", type=click.Path(exists=True, dir_okay=False, path_type=str), default=None, metavar="FILE",
@@ -29,8 +29,8 @@ def explicit_max_message_size(max_message_size: int) -> int | None:
 
 def resolve(store, index_slots: int | None, index_entries: int | None, broker_config: str | None,
             max_message_size: int | None, parts: tuple[str, ...]):
-    """StoreGeometry for ``store`` from the switches (library: :func:`rmqdump.geometry.resolve_geometry`)."""
-    from ..geometry import parse_broker_conf, resolve_geometry
+    """StoreGeometry for ``store`` from the switches (library: :func:`rmqdump.store.geometry.resolve_geometry`)."""
+    from rmqdump.store.geometry import parse_broker_conf, resolve_geometry
 
     conf = parse_broker_conf(broker_config) if broker_config else None
     return resolve_geometry(store.root, commitlog_file_size=store.commitlog.file_size, index_slots=index_slots,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from .geometry import geometry_options, resolve
-from .options import output_options, store_argument
+from rmqdump.cli.geometry import geometry_options, resolve
+from rmqdump.cli.options import output_options, store_argument
 
 TABLE_COLUMNS = [
     ("file", "FILE", 18), ("number", "ENTRY", 9), ("key_hash", "KEYHASH", 11), ("slot", "SLOT", 9),
@@ -17,7 +17,7 @@ def render(console, doc: dict) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from .output import escape_control, iso_ms
+    from rmqdump.cli.output import escape_control, iso_ms
 
     g = doc["geometry"]
     console.print(Text(escape_control(f"index geometry: {g['hash_slot_num']} slots / {g['index_num']} entries "
@@ -67,9 +67,9 @@ def index(store, name, entries, headers_only, fmt, quiet, index_slots, index_ent
     every slot holding its last entry) — which also checks the geometry inferred from the
     file size. Exit 1 if a check fails. --entries prints the entries in write order.
     """
-    from ..errors import NotFoundError
-    from ..store import Store
-    from .output import RecordWriter, default_format, emit_document
+    from rmqdump.cli.output import RecordWriter, default_format, emit_document
+    from rmqdump.errors import NotFoundError
+    from rmqdump.store.root import Store
 
     fmt = default_format(fmt)
     st = Store.open(store)
@@ -77,13 +77,13 @@ def index(store, name, entries, headers_only, fmt, quiet, index_slots, index_ent
         raise NotFoundError("index needs a store root (only commitlog files were given)", store)
     geo = resolve(st, index_slots, index_entries, broker_config, None, ("index",))
     if geo.index_hash_slot_num is None:
-        from ..errors import FormatError
-        from ..geometry import geometry_hint
+        from rmqdump.errors import FormatError
+        from rmqdump.store.geometry import geometry_hint
 
         raise FormatError(f"{'; '.join(geo.problems)}; {geometry_hint()}")
     if entries:
-        from ..dumps import INDEX_ENTRY_FIELDS
-        from ..dumps import index_entries as iter_entries
+        from rmqdump.analysis.dumps import INDEX_ENTRY_FIELDS
+        from rmqdump.analysis.dumps import index_entries as iter_entries
 
         writer = RecordWriter(fmt, INDEX_ENTRY_FIELDS, TABLE_COLUMNS)
         try:
@@ -95,7 +95,7 @@ def index(store, name, entries, headers_only, fmt, quiet, index_slots, index_ent
     if fmt == "csv":
         raise click.BadParameter("the summary is a document: use table, json or jsonl (or --entries for csv)",
                                  param_hint="--format")
-    from ..dumps import index_summary
+    from rmqdump.analysis.dumps import index_summary
 
     doc = index_summary(st, geo, name, analyse=not headers_only)
     emit_document(doc, fmt, render)

@@ -7,9 +7,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..info import store_info
-from .options import access_options, output_options, store_argument
-from .output import default_format, emit_document, escape_control, iso_ms
+from rmqdump.analysis.info import store_info
+from rmqdump.cli.options import access_options, output_options, store_argument
+from rmqdump.cli.output import default_format, emit_document, escape_control, iso_ms
 
 
 def _t(v) -> Text:

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .geometry import geometry_options, resolve
-from .options import access_options, body_options, output_options, parse_time, resolve_body_mode, store_argument
+from rmqdump.cli.geometry import geometry_options, resolve
+from rmqdump.cli.options import (
+    access_options,
+    body_options,
+    output_options,
+    parse_time,
+    resolve_body_mode,
+    store_argument,
+)
 
 #: unreadable index targets listed one per line before the rest are counted
 MAX_LISTED = 10
@@ -44,7 +51,7 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num
     the commitlog or the time window, the uncovered commitlog is walked and stderr says why.
     Exit 0 found, 1 nothing found, 2 error (bad id, unknown queue, offset out of range).
     """
-    from .output import default_format
+    from rmqdump.cli.output import default_format
 
     chosen = [n for n, v in (("--key", key), ("--uniq-key", uniq_key), ("--msg-id", msg_id), ("--queue", queue),
                              ("--offset", phys)) if v is not None]
@@ -64,8 +71,8 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num
     fmt = default_format(fmt)
     body_mode = resolve_body_mode(body_mode, fmt)
 
-    from .. import lookup as lib
-    from ..store import Store
+    from rmqdump.analysis import lookup as lib
+    from rmqdump.store.root import Store
 
     st = Store.open(store)
     geo = resolve(st, index_slots, index_entries, broker_config, max_message_size,
@@ -86,7 +93,7 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num
 
 
 def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_mmap, quiet):
-    from .output import progress_bar
+    from rmqdump.cli.output import progress_bar
 
     cl = st.commitlog
     total = sum(s.size for s in cl.segments)
@@ -99,12 +106,12 @@ def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_
 
 
 def _print_records(res, fmt: str, body_mode: str, decompress: bool, geo) -> None:
-    from ..schema import FIELDS, message_to_dict
-    from .output import RecordWriter, iso_ms
+    from rmqdump.cli.output import RecordWriter, iso_ms
+    from rmqdump.rows.schema import FIELDS, message_to_dict
 
     columns = ()
     if fmt == "table":
-        from .scan import TABLE_COLUMNS as columns
+        from rmqdump.cli.scan import TABLE_COLUMNS as columns
     writer = RecordWriter(fmt, FIELDS, columns)
     try:
         for rec in res.hits:
@@ -117,7 +124,7 @@ def _print_records(res, fmt: str, body_mode: str, decompress: bool, geo) -> None
 
 
 def _report(res, keyed: bool, max_num: int | None, show_collisions: bool, quiet: bool) -> None:
-    from .output import diag
+    from rmqdump.cli.output import diag
 
     for reason in res.reasons:
         diag(f"rmqdump: commitlog scan: {reason}", "yellow")

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .output import FORMATS
+from rmqdump.cli.output import FORMATS
 
 if TYPE_CHECKING:
-    from ..bodyfmt import BodyDecoder
+    from rmqdump.rows.bodyfmt import BodyDecoder
 
 
 def compose(*decorators):
@@ -43,7 +43,7 @@ class BodySpecType(click.ParamType):
     name = "SPEC"
 
     def convert(self, value, param, ctx):
-        from ..bodyfmt import BodyDecoder, BodySpecError, parse_body_spec
+        from rmqdump.rows.bodyfmt import BodyDecoder, BodySpecError, parse_body_spec
 
         if isinstance(value, BodyDecoder):
             return value.spec
@@ -65,8 +65,8 @@ body_decoder_options = compose(
 
 
 def resolve_body_decoder(spec: str | None, fmt: str) -> BodyDecoder:
-    """The :class:`~rmqdump.bodyfmt.BodyDecoder` for a validated ``--body`` value and format."""
-    from ..bodyfmt import default_body_decoder
+    """The :class:`~rmqdump.rows.bodyfmt.BodyDecoder` for a validated ``--body`` value and format."""
+    from rmqdump.rows.bodyfmt import default_body_decoder
 
     return default_body_decoder(spec, fmt)
 
@@ -110,7 +110,7 @@ def _delay_levels(ctx, param, value):
     """--delay-levels SPEC -> milliseconds per level (None: the broker's default)."""
     if not value:
         return None
-    from ..javahash import parse_delay_levels
+    from rmqdump.codec.javahash import parse_delay_levels
 
     try:
         return parse_delay_levels(value)

@@ -7,13 +7,8 @@ from collections import Counter
 
 import click
 
-from ..commitlog import Skipped
-from ..config import load_delay_offsets
-from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from ..record import END_OF_DATA, Message
-from ..store import Store
-from ..systopics import ANOMALY_STATES, OWED_STATES, PENDING_FIELDS, STATES, PendingTracker
-from .options import (
+from rmqdump.broker.systopics import ANOMALY_STATES, OWED_STATES, PENDING_FIELDS, STATES, PendingTracker
+from rmqdump.cli.options import (
     access_options,
     body_decoder_options,
     now_option,
@@ -22,7 +17,12 @@ from .options import (
     resolve_body_decoder,
     store_argument,
 )
-from .output import RecordWriter, default_format, diag, iso_ms, progress_bar
+from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, progress_bar
+from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.codec.record import END_OF_DATA, Message
+from rmqdump.store.commitlog import Skipped
+from rmqdump.store.config import load_delay_offsets
+from rmqdump.store.root import Store
 
 KIND_GROUPS = {"delay": ("delay",), "transaction": ("tx_half", "tx_prepared"), "timer": ("timer",)}
 TABLE_COLUMNS = [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..errors import LockError, StoreError
-from .output import default_format, diag, emit_document
+from rmqdump.cli.output import default_format, diag, emit_document
+from rmqdump.errors import LockError, StoreError
 
 
 def _render_plan(console, doc) -> None:
@@ -97,7 +97,7 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
     `rmqdump repair --undo BACKUP` puts them back. Exit: 0 nothing to do / applied,
     1 repair needed (dry run), 2 error.
     """
-    from ..repair import apply_plan, plan_repair, rebuild_to, undo_backup
+    from rmqdump.write.repair import apply_plan, plan_repair, rebuild_to, undo_backup
 
     fmt = default_format(fmt)
     if fmt == "csv":
@@ -134,7 +134,7 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
                 diag(f"applied {res.changes} changes in {res.seconds:.2f} s; backup ({res.bytes_backed_up} bytes) in "
                      f"{res.backup}; undo with: rmqdump repair --undo {res.backup}")
         return
-    from ..lock import probe_lock
+    from rmqdump.broker.lock import probe_lock
 
     pid = probe_lock(store)
     if pid is not None:

@@ -7,17 +7,17 @@ import sys
 
 import click
 
-from ..bodyfmt import BodyDecoder, message_to_row
-from ..commitlog import Skipped
-from ..errors import FormatError
-from ..filters import RecordFilter
-from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from ..record import END_OF_DATA, Blank, Message
-from ..schema import FIELDS
-from ..store import Store
-from ..systopics import resolve
-from .options import access_options, body_decoder_options, output_options, parse_time, resolve_body_decoder
-from .output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar
+from rmqdump.broker.systopics import resolve
+from rmqdump.cli.options import access_options, body_decoder_options, output_options, parse_time, resolve_body_decoder
+from rmqdump.cli.output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar
+from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.codec.record import END_OF_DATA, Blank, Message
+from rmqdump.errors import FormatError
+from rmqdump.rows.bodyfmt import BodyDecoder, message_to_row
+from rmqdump.rows.filters import RecordFilter
+from rmqdump.rows.schema import FIELDS
+from rmqdump.store.commitlog import Skipped
+from rmqdump.store.root import Store
 
 TABLE_COLUMNS = [
     ("offset", "OFFSET", 12), ("topic", "TOPIC", 24), ("queue_id", "Q", 3), ("queue_offset", "QOFF", 6),
@@ -28,7 +28,7 @@ RESOLVED_COLUMN = ("destination", "RESOLVED DESTINATION", 62)
 
 
 def describe_resolved(r: dict) -> str:
-    """One-line summary of a :func:`rmqdump.systopics.resolve` result (``-`` for ordinary records)."""
+    """One-line summary of a :func:`rmqdump.broker.systopics.resolve` result (``-`` for ordinary records)."""
     kind = r["kind"]
     if kind == "normal" and not r.get("via"):
         return "-"
@@ -157,7 +157,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     if fmt == "jsonl" and not (keep_going or no_mmap or do_resolve or flt.tags or flt.keys or limit == 0):
         fast = _fast_renderer(cl, start, end, decoder, decompress, quiet)
     if fast is not None:
-        from ..fastwalk import FastWalk
+        from rmqdump.fast.walk import FastWalk
 
         walk = FastWalk(cl, start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
                         max_record_size=max_record_size)
@@ -217,9 +217,9 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
 
 
 def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decompress: bool, quiet: bool):
-    """A :class:`rmqdump.fastrender.JsonlRenderer` on stdout when the compiled path applies to this
+    """A :class:`rmqdump.fast.render.JsonlRenderer` on stdout when the compiled path applies to this
     walk (big enough, body mode it renders, UTF-8 stdout), else None."""
-    from .. import fastwalk
+    from rmqdump.fast import walk as fastwalk
 
     segs = [s for s in cl.segments if s.end > start]
     if not segs:
@@ -230,7 +230,7 @@ def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decomp
     enc = getattr(sys.stdout, "encoding", None)
     if not hasattr(sys.stdout, "buffer") or not enc or codecs.lookup(enc).name != "utf-8":
         return None
-    from .. import fastrender
+    from rmqdump.fast import render as fastrender
 
     mode = fastrender.jsonl_mode(decoder)
     if mode is None:
@@ -250,7 +250,7 @@ def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decomp
 
 def _scan_fast(walk, renderer, flt: RecordFilter, limit: int | None, progress) -> bool:
     """Render the fast walk's batches; True when ``limit`` lines were printed."""
-    from ..fastwalk import RecordBatch
+    from rmqdump.fast.walk import RecordBatch
 
     for item in walk.batches():
         if not isinstance(item, RecordBatch):
@@ -298,7 +298,7 @@ def _report_decoder(decoder: BodyDecoder, quiet: bool) -> None:
 
 def _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout, decoder,
             max_record_size, limit, writer, emit, quiet) -> int:
-    from ..follow import Follower, FollowNotice
+    from rmqdump.analysis.follow import Follower, FollowNotice
 
     follower = Follower(path, start=from_offset, from_end=from_end and from_offset is None, end=to_offset,
                         poll_interval=poll_interval, idle_timeout=until_idle, partial_timeout=partial_timeout,

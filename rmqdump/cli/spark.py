@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 import click
 
-from .export import make_filter, read_options, record_filter_options, report_segments
-from .options import access_options, compose, output_options, parse_time, verify_options
+from rmqdump.cli.export import make_filter, read_options, record_filter_options, report_segments
+from rmqdump.cli.options import access_options, compose, output_options, parse_time, verify_options
 
 stores_argument = click.argument("stores", nargs=-1, required=True, type=click.Path(exists=True, path_type=str),
                                  metavar="STORE...")
@@ -34,11 +34,11 @@ def _parse_conf(items) -> dict[str, str]:
 
 
 def _session(master, conf, quiet: bool):
-    from .output import diag
+    from rmqdump.cli.output import diag
 
     t0 = time.perf_counter()
     try:
-        from ..spark.session import build_session
+        from rmqdump.spark.session import build_session
     except ImportError as e:
         raise click.ClickException(f"pyspark is not installed ({e}); pip install 'rmqdump[spark]'") from None
     import logging
@@ -58,7 +58,7 @@ def _task_progress(description: str, enabled: bool):
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .output import stderr_console
+    from rmqdump.cli.output import stderr_console
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
                         TimeElapsedColumn(), console=stderr_console(), transient=True)
@@ -103,8 +103,8 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     Same columns and directory naming as `rmqdump export`; a _SUCCESS file marks a complete
     export. Exit 1 if a segment stopped at damage.
     """
-    from ..export import check_output, parse_partition_by
-    from .output import diag
+    from rmqdump.cli.output import diag
+    from rmqdump.rows.export import check_output, parse_partition_by
 
     cols = parse_partition_by(partition_by)
     check_output(out, partitioned=True)  # before paying for a session
@@ -113,7 +113,7 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     t0 = time.perf_counter()
     session = _session(master, conf, quiet)
     t1 = time.perf_counter()
-    from ..spark import jobs
+    from rmqdump.spark import jobs
 
     with _task_progress("exporting", not quiet) as progress:
         res = jobs.export(session, list(stores), out, partition_by=cols, fmt=file_format, progress=progress, **opts)
@@ -147,12 +147,12 @@ STATS_COLUMNS = ("records", "bytes", "body_bytes", "first_offset", "end_offset",
 @access_options
 def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_size):
     """Record counts and bytes of every STORE per broker/topic/queue/hour (or --by)."""
-    from .output import RecordWriter, default_format
+    from rmqdump.cli.output import RecordWriter, default_format
 
     keys = tuple(k.strip() for k in by.split(",") if k.strip())
     fmt = default_format(fmt)
     session = _session(master, conf, quiet)
-    from ..spark import jobs
+    from rmqdump.spark import jobs
 
     options = {"topic": ",".join(topic) if topic else None, "useMmap": not no_mmap,
                "maxRecordSize": max_message_size + 64 * 1024}
@@ -191,15 +191,15 @@ def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, 
     Prints the scan JSONL schema plus broker, store and crc_ok; each store's hits newest
     first. Exit 0 found, 1 nothing found.
     """
-    from ..schema import FIELDS, render_body
-    from .options import resolve_body_mode
-    from .output import RecordWriter, default_format, diag, iso_ms
+    from rmqdump.cli.options import resolve_body_mode
+    from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms
+    from rmqdump.rows.schema import FIELDS, render_body
 
     fmt = default_format(fmt)
     body_mode = resolve_body_mode(body_mode, fmt)
     lo, hi = parse_time(begin, "--begin"), parse_time(end, "--end")
     session = _session(master, conf, quiet)
-    from ..spark import jobs
+    from rmqdump.spark import jobs
 
     with _task_progress("looking up", not quiet) as progress:
         rep = jobs.lookup(session, list(stores), key, topic=topic, begin=lo, end=hi, max_num=max_num,
@@ -246,15 +246,15 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
     json prints one document for one store and a list for several; jsonl one line per store.
     Exit 0 clean, 1 errors found in any store.
     """
-    from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-    from .output import default_format, diag, emit_document, stdout_console
-    from .verify import render_report
+    from rmqdump.cli.output import default_format, diag, emit_document, stdout_console
+    from rmqdump.cli.verify import render_report
+    from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
 
     fmt = default_format(fmt)
     if fmt == "csv":
         raise click.BadParameter("verify prints documents: use table, json or jsonl", param_hint="--format")
     session = _session(master, conf, quiet)
-    from ..spark import jobs
+    from rmqdump.spark import jobs
 
     with _task_progress("verifying", not quiet) as progress:
         verdicts = jobs.verify(session, list(stores), keep_going=keep_going, use_mmap=not no_mmap,

@@ -7,11 +7,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from ..stats import ROW_FIELDS, compute_stats, has_errors, stats_rows
-from ..store import Store
-from .options import access_options, output_options, store_argument
-from .output import RecordWriter, default_format, diag, emit_document, escape_control, iso_ms, progress_bar
+from rmqdump.analysis.stats import ROW_FIELDS, compute_stats, has_errors, stats_rows
+from rmqdump.cli.options import access_options, output_options, store_argument
+from rmqdump.cli.output import RecordWriter, default_format, diag, emit_document, escape_control, iso_ms, progress_bar
+from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.store.root import Store
 
 
 def _t(v) -> Text:

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..findings import ERROR, INFO, WARNING
-from ..format import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from ..store import Store
-from ..verify import verify_store
-from .options import access_options, output_options, verify_options
-from .output import default_format, diag, emit_document, escape_control, progress_bar
+from rmqdump.analysis.verify import verify_store
+from rmqdump.cli.options import access_options, output_options, verify_options
+from rmqdump.cli.output import default_format, diag, emit_document, escape_control, progress_bar
+from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.findings import ERROR, INFO, WARNING
+from rmqdump.store.root import Store
 
 if TYPE_CHECKING:  # rich loads only for the table report
     from rich.console import Console
@@ -63,7 +63,7 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
 
 def _fast_needs_build(store: Store) -> bool:
     """Whether this run takes the compiled path and its shared library is not built yet."""
-    from .. import fastwalk
+    from rmqdump.fast import walk as fastwalk
 
     return any(fastwalk.use_fast(s.size) for s in store.commitlog.segments) and not fastwalk.library_ready()
 

@@ -13,9 +13,9 @@ __all__ = ["build_session", "register_data_sources"]
 
 def __getattr__(name: str):
     if name == "build_session":
-        from .session import build_session
+        from rmqdump.spark.session import build_session
         return build_session
     if name == "register_data_sources":
-        from .datasource import register_data_sources
+        from rmqdump.spark.datasource import register_data_sources
         return register_data_sources
     raise AttributeError(name)

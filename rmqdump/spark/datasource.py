@@ -1,15 +1,15 @@
 """PySpark (>= 4.0) Python data sources over the core decoder.
 
 ``spark.read.format("rocketmq").load(path_or_paths)``: commitlog records, one partition
-per segment, read as Arrow record batches (:data:`rmqdump.arrow.RECORD_SCHEMA`).
+per segment, read as Arrow record batches (:data:`rmqdump.rows.arrow.RECORD_SCHEMA`).
 Options: ``includeBody`` (false), ``decompress`` (false), ``topic`` (comma-separated),
 ``key``, ``queueId``, ``crc`` (check | flag | off), ``keepGoing`` (false), ``useMmap`` (true),
 ``maxRecordSize``, ``batchSize``, ``broker`` (name for a single store).
 Equality / IN filters on ``topic`` (and ``queue_id``) are also pushed down into the decoder.
 
-``rocketmq_cq``: ConsumeQueue entries (:data:`rmqdump.arrow.CQ_SCHEMA`), one partition per
+``rocketmq_cq``: ConsumeQueue entries (:data:`rmqdump.rows.arrow.CQ_SCHEMA`), one partition per
 queue; option ``raw`` (every unit instead of the broker's recovered view).
-``rocketmq_index``: index-file entries (:data:`rmqdump.arrow.INDEX_SCHEMA`), one partition per file.
+``rocketmq_index``: index-file entries (:data:`rmqdump.rows.arrow.INDEX_SCHEMA`), one partition per file.
 
 Paths are store roots (or commitlog directories / segment files for ``rocketmq``); executors
 must see them at the same paths.
@@ -24,10 +24,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, Filter
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from .. import arrow as rarrow
-from ..errors import RmqdumpError
-from ..filters import RecordFilter
-from ..format import MAX_RECORD_SIZE
+from rmqdump.codec.layout import MAX_RECORD_SIZE
+from rmqdump.errors import RmqdumpError
+from rmqdump.rows import arrow as rarrow
+from rmqdump.rows.filters import RecordFilter
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -91,7 +91,7 @@ def spark_schema(schema) -> StructType:
 
 
 class _Split(InputPartition):
-    """An InputPartition carrying one of rmqdump.arrow's split dataclasses."""
+    """An InputPartition carrying one of rmqdump.rows.arrow's split dataclasses."""
 
     def __init__(self, split):
         super().__init__(split)

@@ -1,6 +1,6 @@
 """Spark jobs over many stores: export, verify, stats, lookup. Each takes a SparkSession.
 
-The unit of parallel work is a commitlog segment (:class:`rmqdump.arrow.SegmentSplit`):
+The unit of parallel work is a commitlog segment (:class:`rmqdump.rows.arrow.SegmentSplit`):
 export and the record checks of verify run one task per segment; lookup runs one task per
 store (the index answers most of it); stats and the ConsumeQueue join are DataFrame queries
 over the ``rocketmq`` / ``rocketmq_cq`` data sources.
@@ -22,16 +22,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import arrow as rarrow
-from ..errors import RmqdumpError, StoreError
-from ..export import (
+from rmqdump.codec.layout import MAX_RECORD_SIZE
+from rmqdump.errors import RmqdumpError, StoreError
+from rmqdump.rows import arrow as rarrow
+from rmqdump.rows.export import (
     DatasetWriter,
     ExportResult,
     parse_partition_by,
     prepare_output,
     write_splits,
 )
-from ..format import MAX_RECORD_SIZE
 
 Progress = Callable[[int, int], None]
 
@@ -50,7 +50,7 @@ def _remote_error(e: BaseException) -> RmqdumpError | None:
     found = _REMOTE_ERROR.findall(text)
     if not found:
         return None
-    from .. import errors
+    from rmqdump import errors
 
     name, message = found[-1]
     cls = getattr(errors, name, RmqdumpError)
@@ -157,7 +157,7 @@ def _export_task(out: str, fmt: str, partition_by: tuple[str, ...], compression:
 
     Parquet row groups are encoded on a second thread only when the task may use two cores: with
     one core per task (``local[N]`` with at least N segments) a second busy thread per task only
-    oversubscribes the cores the other tasks were given. (:func:`rmqdump.arrow.read_split`'s
+    oversubscribes the cores the other tasks were given. (:func:`rmqdump.rows.arrow.read_split`'s
     walk-ahead thread is its own choice, made from the worker's CPU affinity.)
     """
     ext = "parquet" if fmt == "parquet" else "jsonl"
@@ -195,7 +195,8 @@ def _prepare_kernels(spark, splits: Sequence[rarrow.SegmentSplit]) -> None:
     if not spark.sparkContext.master.startswith("local") or os.environ.get("RMQDUMP_FAST_LIBRARY", "1") == "0":
         return
     try:
-        from .. import fastrender, fastwalk
+        from rmqdump.fast import render as fastrender
+        from rmqdump.fast import walk as fastwalk
 
         if not any(fastwalk.use_fast(s.size) for s in splits):
             return
@@ -216,8 +217,8 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
     """Export every segment of every store to ``out`` (a new or empty directory), one task per segment.
 
     Output: ``part-<split>-<segment>.parquet`` files, or with ``partition_by`` the same Hive
-    layout as :func:`rmqdump.export.export` (safe directory names), ``_SUCCESS`` at the end.
-    ``read_options``: those of :func:`rmqdump.arrow.read_split` (``include_body``,
+    layout as :func:`rmqdump.rows.export.export` (safe directory names), ``_SUCCESS`` at the end.
+    ``read_options``: those of :func:`rmqdump.rows.arrow.read_split` (``include_body``,
     ``decompress``, ``flt``, ``crc``, ``keep_going``, ``use_mmap``, ``max_record_size``).
     Executors must see the stores and ``out`` at the same paths (local disk, NFS, ...).
     ``task_stats``: a list that receives one dict per segment task (rows, bytes, seconds,
@@ -262,7 +263,8 @@ def _warm_task(items: Iterator) -> Iterator[int]:
         pass
 
     try:
-        from .. import fastrender, fastwalk
+        from rmqdump.fast import render as fastrender
+        from rmqdump.fast import walk as fastwalk
 
         if fastwalk.fast_available() and fastwalk.library_ready():
             fastwalk.backend()
@@ -352,8 +354,8 @@ def verify(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, kee
     the store checks one task per store; the documents equal ``verify_store(...).to_dict()``
     (see :mod:`rmqdump.spark.verify`).
     """
-    from .verify import VerifyOptions
-    from .verify import verify as run
+    from rmqdump.spark.verify import VerifyOptions
+    from rmqdump.spark.verify import verify as run
 
     opts = VerifyOptions(keep_going=keep_going, check_crc=check_crc, use_mmap=use_mmap,
                          max_record_size=max_record_size or MAX_RECORD_SIZE, version=version,
@@ -413,9 +415,9 @@ class LookupReport:
 def _lookup_task(key: str, topic: str | None, begin: int | None, end: int | None, max_num: int | None,
                  force_scan: bool, include_body: bool, decompress: bool, use_mmap: bool,
                  stores: Iterator[tuple[int, str]]) -> Iterator[tuple]:
-    """Executor side: :func:`rmqdump.lookup.lookup_key` on each store; rows as Arrow-schema dicts."""
-    from ..lookup import lookup_key
-    from ..store import Store
+    """Executor side: :func:`rmqdump.analysis.lookup.lookup_key` on each store; rows as Arrow-schema dicts."""
+    from rmqdump.analysis.lookup import lookup_key
+    from rmqdump.store.root import Store
 
     for idx, path in stores:
         try:

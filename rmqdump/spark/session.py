@@ -122,7 +122,7 @@ def build_session(master: str | None = None, app_name: str = "rmqdump", conf: Ma
     """
     from pyspark.sql import SparkSession
 
-    from .datasource import register_data_sources
+    from rmqdump.spark.datasource import register_data_sources
 
     if master is None and not under_spark_submit():
         master = DEFAULT_MASTER

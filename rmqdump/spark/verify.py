@@ -1,9 +1,9 @@
-"""``rmqdump spark verify``: :func:`rmqdump.verify.verify_store` for many stores, its heavy parts on Spark.
+"""``rmqdump spark verify``: :func:`rmqdump.analysis.verify.verify_store` for many stores, its heavy parts on Spark.
 
 Three stages, all on executors:
 
 1. **Segments** (one task per commitlog segment): the record checks of
-   :func:`rmqdump.verify.records.verify_segment`, exactly as ``verify`` calls it, plus one
+   :func:`rmqdump.analysis.verify.records.verify_segment`, exactly as ``verify`` calls it, plus one
    compact row per dispatchable record (what ``CqChecker.on_message`` looks at).
 2. **ConsumeQueue ↔ commitlog** as a DataFrame join: the records against every consume-queue
    entry the broker's CQ recovery keeps (``consume_queue_states``, one task per store).
@@ -29,9 +29,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import RmqdumpError
-from ..format import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
-from ..store import Store
+from rmqdump.codec.layout import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from rmqdump.errors import RmqdumpError
+from rmqdump.store.root import Store
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,10 @@ def _segment_kwargs(opts: VerifyOptions, cl, root, seg, first: bool) -> dict:
 def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
     """("seg", store, start, SegmentResult | error text) and ("rec", row) per dispatchable record:
     (store, offset, size, topic_raw, queue_id, queue_offset, the tagsCode its CQ entry must hold)."""
-    from ..javahash import DEFAULT_DELAY_LEVELS_MS
-    from ..segment import Segment
-    from ..verify.records import verify_segment
-    from ..verify.store_checks import expected_tags_code
+    from rmqdump.analysis.verify.records import verify_segment
+    from rmqdump.analysis.verify.store_checks import expected_tags_code
+    from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
+    from rmqdump.disk.segment import Segment
 
     delay = delay or DEFAULT_DELAY_LEVELS_MS
     for t in tasks:
@@ -102,7 +102,7 @@ def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> It
 
 def _entries_task(stores: Iterator[tuple[int, str]]) -> Iterator[tuple]:
     """Entries of every queue as ``CqChecker`` loads them: [first offset, recovered max offset)."""
-    from ..recovery import consume_queue_states
+    from rmqdump.broker.recovery import consume_queue_states
 
     for idx, path in stores:
         try:
@@ -168,9 +168,9 @@ class StoreVerdict:
 def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[int],
               unmatched: list[tuple], checked: int, reverified: list | None = None, use_mmap: bool = True) -> dict:
     """``verify_store`` keywords that make it use stage-1 segment results and the stage-2 join outcome."""
-    from ..record import Message
-    from ..verify.records import verify_segment as real_segment
-    from ..verify.store_checks import CqChecker, RecordCache
+    from rmqdump.analysis.verify.records import verify_segment as real_segment
+    from rmqdump.analysis.verify.store_checks import CqChecker, RecordCache
+    from rmqdump.codec.record import Message
 
     def verify_segment(seg, *, on_message=None, progress=None, **kwargs):
         got = segment_results.get(seg.start)
@@ -206,7 +206,7 @@ def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict]
 
 def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
     """Executor side: (store index, StoreVerdict, None) or (store index, None, error text)."""
-    from ..verify import verify_store
+    from rmqdump.analysis.verify import verify_store
 
     for idx, path, seg_results, remote_kwargs, replay, unmatched, checked in items:
         again: list[int] = []
@@ -229,11 +229,11 @@ def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
 def verify(spark, paths: Sequence[str], opts: VerifyOptions | None = None, progress=None) -> list[StoreVerdict]:
     """Verify every store; one :class:`StoreVerdict` per store, in the given order.
 
-    The documents are ``VerifyReport.to_dict()`` of :func:`rmqdump.verify.verify_store`.
+    The documents are ``VerifyReport.to_dict()`` of :func:`rmqdump.analysis.verify.verify_store`.
     """
     from pyspark import StorageLevel
 
-    from .jobs import _parallelize, track
+    from rmqdump.spark.jobs import _parallelize, track
 
     opts = opts or VerifyOptions()
     stores = [Store.open(p) for p in paths]

@@ -1,0 +1,149 @@
+"""``store_info``: what a store holds, cheaply (no full commitlog walk)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rmqdump.errors import RmqdumpError
+from rmqdump.store.checkpoint import ms_to_iso, read_checkpoint
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.root import Store
+
+
+def data_end(cl: CommitLog, use_mmap: bool = True) -> tuple[int, str]:
+    """End of valid data: walk (without CRC) from the start of the last segment holding data."""
+    start = cl.min_offset
+    for seg in reversed(cl.segments):
+        if seg.size == 0:
+            continue
+        with seg.open(use_mmap) as r:
+            head = r.read(0, 8)
+        if any(head):
+            start = seg.start
+            break
+    walk = cl.walk(start=start, check_crc=False, read_body=False, use_mmap=use_mmap)
+    for _ in walk:
+        pass
+    return walk.end_offset, f"{walk.stop.kind}: {walk.stop.detail}" if walk.stop else ""
+
+
+def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
+    """A JSON-ready summary of a store; problems reading a part are reported, not raised."""
+    store = Store.open(path)
+    cl = store.commitlog
+    end, why = data_end(cl, use_mmap)
+    doc: dict = {
+        "store": str(store.root or cl.location),
+        "missing": store.missing,
+        "commitlog": {
+            "directory": str(cl.location),
+            "file_size": cl.file_size,
+            "segments": [{"file": s.name, "start": s.start, "size": s.size} for s in cl.segments],
+            "min_offset": cl.min_offset,
+            "max_offset": end,
+            "end_reason": why,
+            "bytes_on_disk": sum(s.size for s in cl.segments),
+            "bytes_in_use": end - cl.min_offset,
+            "problems": [f.to_dict() for f in cl.problems],
+        },
+    }
+    if store.root is None:
+        return doc
+    root = store.root
+    doc["consume_queues"] = _queues(root)
+    doc["index_files"] = _index_files(root)
+    doc["checkpoint"] = _checkpoint(root)
+    doc["abort"] = store.abort_present
+    doc["lock"] = _lock(root)
+    doc["config"] = _config(root)
+    return doc
+
+
+def _queues(root: Path) -> dict:
+    from rmqdump.store.consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
+
+    out: dict = {"queues": [], "errors": []}
+    try:
+        size = infer_store_cq_file_size(root)
+        out["file_size"] = size
+        for ref in discover_queues(root):
+            try:
+                q = ConsumeQueue(ref.path, ref.topic, ref.queue_id, size, strict=False)
+                out["queues"].append({"topic": ref.topic, "queue_id": ref.queue_id, "files": len(q.files),
+                                      "min_offset": q.min_offset(), "max_offset": q.max_offset,
+                                      "max_physic_offset": q.max_physic_offset, "problems": q.problems})
+            except RmqdumpError as e:
+                out["errors"].append(str(e))
+    except RmqdumpError as e:
+        out["errors"].append(str(e))
+    out["queues"].sort(key=lambda q: (q["topic"], q["queue_id"]))
+    return out
+
+
+def _index_files(root: Path) -> list[dict]:
+    from rmqdump.store.indexfile import IndexFile, list_index_files
+
+    out = []
+    for p in list_index_files(root):
+        try:
+            with IndexFile(p, strict=False) as f:
+                h = f.header
+                out.append({"file": p.name, "size": f.size, "hash_slots": f.geometry.hash_slot_num,
+                            "max_entries": f.geometry.index_num, "begin_timestamp": h.begin_timestamp,
+                            "end_timestamp": h.end_timestamp, "begin_phy_offset": h.begin_phy_offset,
+                            "end_phy_offset": h.end_phy_offset, "hash_slot_count": h.hash_slot_count,
+                            "index_count": h.index_count, "entries": h.entry_count})
+        except RmqdumpError as e:
+            out.append({"file": p.name, "error": str(e)})
+    return out
+
+
+def _checkpoint(root: Path) -> dict | None:
+    p = root / "checkpoint"
+    if not p.exists():
+        return None
+    try:
+        cp = read_checkpoint(p)
+    except RmqdumpError as e:
+        return {"error": str(e)}
+    return {"physic_msg_timestamp": cp.physic_msg_timestamp, "physic_msg_time": _iso(cp.physic_msg_timestamp),
+            "logics_msg_timestamp": cp.logics_msg_timestamp, "logics_msg_time": _iso(cp.logics_msg_timestamp),
+            "index_msg_timestamp": cp.index_msg_timestamp, "index_msg_time": _iso(cp.index_msg_timestamp),
+            "master_flushed_offset": cp.master_flushed_offset, "confirm_phy_offset": cp.confirm_phy_offset}
+
+
+def _iso(ms: int) -> str | None:
+    return ms_to_iso(ms) if ms > 0 else None
+
+
+def _lock(root: Path) -> dict:
+    from rmqdump.broker.lock import probe_lock
+
+    p = root / "lock"
+    if not p.exists():
+        return {"present": False, "held_by_pid": None}
+    try:
+        return {"present": True, "held_by_pid": probe_lock(root)}
+    except RmqdumpError as e:
+        return {"present": True, "held_by_pid": None, "error": str(e)}
+
+
+def _config(root: Path) -> dict:
+    from rmqdump.store.config import load_consumer_offsets, load_delay_offsets, load_topics
+
+    out: dict = {}
+    for name, loader, count in (
+        ("topics", load_topics, len),
+        ("consumer_offsets", load_consumer_offsets, lambda v: len(v.rows())),
+        ("delay_offsets", load_delay_offsets, len),
+    ):
+        try:
+            loaded = loader(root)
+            out[name] = {"file": str(loaded.path) if loaded.path else None,
+                         "entries": count(loaded.data) if loaded.data is not None else None,
+                         "from_backup": loaded.used_backup,
+                         "main_error": str(loaded.main_error) if loaded.main_error else None}
+        except RmqdumpError as e:
+            out[name] = {"error": str(e)}
+    return out

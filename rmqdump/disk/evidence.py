@@ -1,0 +1,296 @@
+"""Chain-of-custody manifest: which files a command read, with their hashes (``--evidence FILE``).
+
+The readers call :func:`record_read` from their open helpers (commitlog segments,
+consume-queue files, index files, checkpoint, config files); while a manifest is being
+collected (:func:`start`) a Python audit hook also notes every other ``open`` of a path, so
+files opened by code that bypasses those helpers are listed too when they lie inside the
+store, and any open *for writing* inside the store is reported (``opened_for_write``). :func:`write_evidence` hashes them *after* the command and
+writes a JSON manifest: per file path, size, sha256 and mtime (ns), plus the tool
+version, the command line and the store geometry. Size and mtime are also taken when a
+file is first opened, so a file that changed while it was read (a live store) is flagged.
+Writing the manifest into the store itself is refused: evidence is never modified.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rmqdump.errors import RmqdumpError, StoreError
+
+MANIFEST_VERSION = 1
+_CHUNK = 1 << 20
+
+_lock = threading.Lock()
+# fspath as recorded -> (absolute path, size, mtime_ns) at first open (None if stat failed)
+_READ: dict[str, tuple[str, int | None, int | None]] = {}
+_started_ns: int | None = None
+# audit-hook registry: fspath -> OR of the open flags seen (only while _active)
+_AUDIT: dict[str, int] = {}
+_active = False
+_hook_installed = False
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _active or event != "open":
+        return
+    path, flags = args[0], args[2]
+    if path is None or isinstance(path, int) or not isinstance(flags, int):
+        return
+    try:
+        key = os.fsdecode(path)
+    except (TypeError, ValueError):
+        return
+    _AUDIT[key] = _AUDIT.get(key, 0) | flags
+
+
+def start() -> None:
+    """Begin collecting for a manifest: reset the registry and watch every ``open``."""
+    global _active, _hook_installed
+    reset()
+    with _lock:
+        _AUDIT.clear()
+    if not _hook_installed:
+        sys.addaudithook(_audit)  # cannot be removed: it is inert unless _active
+        _hook_installed = True
+    _active = True
+
+
+def stop() -> None:
+    """Stop watching opens (the registry is kept)."""
+    global _active
+    _active = False
+
+
+def record_read(path: str | os.PathLike) -> None:
+    """Note that ``path`` was opened for reading (cheap; repeated calls are free)."""
+    key = os.fspath(path)
+    if key in _READ:
+        return
+    absolute = os.path.abspath(key)
+    try:
+        st = os.stat(absolute)
+        size, mtime = st.st_size, st.st_mtime_ns
+    except OSError:
+        size = mtime = None
+    with _lock:
+        _READ.setdefault(key, (absolute, size, mtime))
+
+
+def reset() -> None:
+    """Forget every recorded file and restart the clock (start of a command)."""
+    global _started_ns
+    with _lock:
+        _READ.clear()
+        _started_ns = time.time_ns()
+
+
+def recorded() -> list[str]:
+    """Absolute paths of the files the readers recorded so far, sorted, without duplicates."""
+    with _lock:
+        return sorted({v[0] for v in _READ.values()})
+
+
+def _audited_within(store: str | None, write: bool) -> list[str]:
+    """Audited paths inside ``store`` opened read-only (``write=False``) or for writing."""
+    if store is None:
+        return []
+    root = Path(os.path.realpath(store))
+    with _lock:
+        items = list(_AUDIT.items())
+    out = set()
+    for path, flags in items:
+        if bool(flags & _WRITE_FLAGS) != write:
+            continue
+        real = Path(os.path.realpath(os.path.abspath(path)))
+        if _is_within(real, root) and (write or real.is_file()):
+            out.add(os.path.abspath(path))
+    return sorted(out)
+
+
+def _first_seen() -> dict[str, tuple[int | None, int | None]]:
+    with _lock:
+        out: dict[str, tuple[int | None, int | None]] = {}
+        for absolute, size, mtime in _READ.values():
+            out.setdefault(absolute, (size, mtime))
+        return out
+
+
+def hash_file(path: str | os.PathLike) -> dict:
+    """``{path, size, sha256, mtime_ns}`` of one file, read through a read-only descriptor.
+
+    A symlink is recorded with its target (``symlink_to``) and the target's hash if that is
+    a regular file; FIFOs, sockets and devices are recorded by type and never read.
+    """
+    p = os.fspath(path)
+    entry: dict = {"path": p}
+    try:
+        lst = os.lstat(p)
+    except OSError as e:
+        return {**entry, "error": e.strerror or str(e)}
+    real = p
+    if stat.S_ISLNK(lst.st_mode):
+        try:
+            entry["symlink_to"] = os.readlink(p)
+        except OSError as e:
+            return {**entry, "error": e.strerror or str(e)}
+        real = os.path.realpath(p)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        return {**entry, "error": e.strerror or str(e)}
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return {**entry, "error": f"not a regular file (mode {stat.filemode(st.st_mode)}); not read"}
+        h = hashlib.sha256()
+        pos = 0
+        while True:
+            chunk = os.pread(fd, _CHUNK, pos)
+            if not chunk:
+                break
+            h.update(chunk)
+            pos += len(chunk)
+        st2 = os.fstat(fd)
+    except OSError as e:
+        return {**entry, "error": e.strerror or str(e)}
+    finally:
+        os.close(fd)
+    entry.update(size=pos, sha256=h.hexdigest(), mtime_ns=st2.st_mtime_ns)
+    if st.st_size != st2.st_size or st.st_mtime_ns != st2.st_mtime_ns or pos != st2.st_size:
+        entry["changed_while_hashing"] = True
+    return entry
+
+
+def find_store_root(paths: list[str]) -> str | None:
+    """The nearest ancestor of the first read file that looks like a store root (has ``commitlog/``)."""
+    for p in paths:
+        for parent in Path(p).parents:
+            if (parent / "commitlog").is_dir():
+                return str(parent)
+    return None
+
+
+def store_geometry(store: str | os.PathLike | None) -> dict:
+    """Sizes that define how the store is laid out, from file sizes only (no data is read)."""
+    if store is None:
+        return {}
+    geo: dict = {}
+    try:
+        from rmqdump.store.commitlog import CommitLog
+
+        cl = CommitLog.open(store)
+        geo["commitlog"] = {"directory": str(cl.location), "file_size": cl.file_size,
+                            "segments": len(cl.segments), "min_offset": cl.min_offset,
+                            "max_end": cl.segments[-1].end if cl.segments else 0}
+    except RmqdumpError as e:
+        geo["commitlog"] = {"error": str(e)}
+    root = Path(store)
+    if root.is_dir() and (root / "commitlog").is_dir():
+        try:
+            from rmqdump.store.consumequeue import infer_store_cq_file_size
+
+            geo["consumequeue_file_size"] = infer_store_cq_file_size(root)
+        except RmqdumpError as e:
+            geo["consumequeue_file_size"] = {"error": str(e)}
+        try:
+            from rmqdump.store.indexfile import infer_geometry, list_index_files
+
+            files = list_index_files(root)
+            if files:
+                g = infer_geometry(files[0].stat().st_size, file=files[0])
+                geo["index"] = {"files": len(files), "hash_slot_num": g.hash_slot_num, "index_num": g.index_num,
+                                "file_size": g.file_size}
+            else:
+                geo["index"] = {"files": 0}
+        except (RmqdumpError, OSError) as e:
+            geo["index"] = {"error": str(e)}
+    return geo
+
+
+def _is_within(path: Path, base: Path) -> bool:
+    return path == base or base in path.parents
+
+
+def build_manifest(store: str | os.PathLike | None = None, version: str | None = None,
+                   geometry: dict | None = None, argv: list[str] | None = None) -> dict:
+    """The manifest document for the files recorded so far (hashes taken now)."""
+    if version is None:
+        from rmqdump import __version__ as version
+    stop()
+    files = recorded()
+    if store is None:
+        with _lock:
+            audited = [os.path.abspath(k) for k, f in _AUDIT.items() if not f & _WRITE_FLAGS]
+        store = find_store_root(files + audited)
+    store = None if store is None else os.fspath(store)
+    files = sorted(set(files) | set(_audited_within(store, write=False)))
+    if geometry is None:
+        geometry = store_geometry(store)
+    first = _first_seen()
+    entries = []
+    for p in files:
+        e = hash_file(p)
+        size0, mtime0 = first.get(p, (None, None))
+        if "error" not in e and size0 is not None and (size0 != e["size"] or mtime0 != e["mtime_ns"]):
+            e["changed_during_command"] = {"size_at_open": size0, "mtime_ns_at_open": mtime0}
+        entries.append(e)
+    now = time.time_ns()
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "tool": "rmqdump",
+        "version": version,
+        "argv": list(sys.argv if argv is None else argv),
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "started_ns": _started_ns,
+        "finished_ns": now,
+        "store": None if store is None else os.path.abspath(store),
+        "geometry": geometry,
+        "files": entries,
+        "opened_for_write": _audited_within(store, write=True),
+    }
+
+
+def write_evidence(file: str | os.PathLike, store: str | os.PathLike | None = None, version: str | None = None,
+                   geometry: dict | None = None, argv: list[str] | None = None) -> dict:
+    """Hash every recorded file and write the manifest to ``file`` (atomically); returns it.
+
+    Refuses (StoreError) to write inside the store or over a file that was read.
+    """
+    doc = build_manifest(store, version, geometry, argv)
+    out = Path(os.path.abspath(file))
+    real_out = Path(os.path.realpath(out))
+    if doc["store"] is not None:
+        root = Path(os.path.realpath(doc["store"]))
+        if _is_within(real_out, root):
+            raise StoreError("refusing to write the evidence manifest inside the store it describes", out)
+    if str(real_out) in {os.path.realpath(e["path"]) for e in doc["files"]}:
+        raise StoreError("refusing to overwrite a file that was read", out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    data = (json.dumps(doc, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, out)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise StoreError(f"cannot write evidence manifest: {e.strerror or e}", out) from None
+    return doc

@@ -1,0 +1,269 @@
+"""The commitlog: sorted, contiguous segments of one offset space, walked record by record."""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdump.codec.layout import (
+    MAX_RECORD_SIZE,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    STORE_COMMITLOG_DIR,
+)
+from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
+from rmqdump.disk.segment import MmapReader, Segment, SegmentReader, parse_file_name
+from rmqdump.errors import StoreError
+from rmqdump.findings import ERROR, WARNING, Finding
+
+_PHYS = struct.Struct(">q")
+_MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
+_RESYNC_CHUNK = 1 << 20
+_RELEASE_EVERY = 32 << 20
+
+
+class CommitLog:
+    """A commitlog directory (or a single segment file) as an ordered list of segments."""
+
+    def __init__(self, segments: list[Segment], file_size: int, location: Path, problems: list[Finding]):
+        self.segments = segments
+        self.file_size = file_size
+        self.location = location
+        self.problems = problems
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> CommitLog:
+        """Open a store root, a ``commitlog/`` directory or one segment file."""
+        p = Path(path)
+        if not p.exists():
+            raise StoreError("no such file or directory", p)
+        if p.is_file():
+            start = parse_file_name(p.name)
+            problems = []
+            if start is None:
+                problems.append(Finding(WARNING, "segment_name", str(p), None,
+                                        "file name is not a 20-digit offset; assuming start offset 0"))
+                start = 0
+            size = p.stat().st_size
+            return cls([Segment(p, start, size)], size, p, problems)
+        d = p / STORE_COMMITLOG_DIR if (p / STORE_COMMITLOG_DIR).is_dir() else p
+        return cls.from_directory(d)
+
+    @classmethod
+    def from_directory(cls, d: Path) -> CommitLog:
+        problems: list[Finding] = []
+        segs: list[Segment] = []
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as e:
+            raise StoreError(f"cannot list directory: {e.strerror}", d) from None
+        for e in entries:
+            start = parse_file_name(e.name)
+            if e.is_dir(follow_symlinks=False):
+                continue
+            if start is not None and not e.is_file():
+                problems.append(Finding(ERROR, "segment_not_regular", str(Path(e.path)), None,
+                                        "a 20-digit entry that is not a regular file (FIFO, socket, device or "
+                                        "dangling link); not read"))
+                continue
+            if start is None:
+                problems.append(Finding(WARNING, "stray_file", str(Path(e.path)), None,
+                                        "not a 20-digit segment name; ignored"))
+                continue
+            segs.append(Segment(Path(e.path), start, e.stat().st_size))
+        if not segs:
+            raise StoreError("no commitlog segments (20-digit files) found; is this a RocketMQ store?", d)
+        sizes = Counter(s.size for s in segs if s.size > 0)
+        file_size = max(sizes.items(), key=lambda kv: (kv[1], kv[0]))[0] if sizes else 0
+        for s in segs:
+            if s.size == 0:
+                problems.append(Finding(ERROR, "zero_length_segment", str(s.path), None,
+                                        "zero-length segment (the 4.9 broker refuses to start)"))
+            elif s.size != file_size:
+                problems.append(Finding(ERROR, "segment_size", str(s.path), None,
+                                        f"size {s.size} differs from the store's file size {file_size}"))
+        for a, b in zip(segs, segs[1:], strict=False):
+            if file_size and a.start + file_size != b.start:
+                problems.append(Finding(ERROR, "segment_gap", str(b.path), None,
+                                        f"expected start {a.start + file_size} after {a.name}, found {b.start}"))
+        for s in segs:
+            if file_size and s.start % file_size:
+                problems.append(Finding(WARNING, "segment_alignment", str(s.path), None,
+                                        f"start offset {s.start} is not a multiple of the file size {file_size}"))
+        return cls(segs, file_size, d, problems)
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start
+
+    def segment_for(self, offset: int) -> Segment | None:
+        """The segment holding ``offset`` (None if no segment does)."""
+        lo, hi = 0, len(self.segments) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            s = self.segments[mid]
+            if offset < s.start:
+                hi = mid - 1
+            elif offset >= s.start + max(s.size, 1):
+                lo = mid + 1
+            else:
+                return s
+        return None
+
+    def decode_at(self, offset: int, *, use_mmap: bool = True, check_crc: bool = True,
+                  read_body: bool = True, max_record_size: int = MAX_RECORD_SIZE) -> Message | Blank | Invalid:
+        """Decode the one record starting at absolute ``offset``."""
+        seg = self.segment_for(offset)
+        if seg is None:
+            return Invalid(offset, "", 0, END_OF_DATA, f"offset {offset} is outside every commitlog segment")
+        with seg.open(use_mmap) as r:
+            return read_record(r, offset - seg.start, check_crc=check_crc, read_body=read_body,
+                               max_record_size=max_record_size)
+
+    def walk(self, **kwargs) -> Walk:
+        """A :class:`Walk` over this commitlog (see its parameters)."""
+        return Walk(self, **kwargs)
+
+
+@dataclass
+class Skipped:
+    """A damaged byte range stepped over by ``keep_going`` (``reason`` = first invalid verdict)."""
+
+    start: int
+    end: int
+    file: str
+    reason: Invalid
+
+
+class Walk:
+    """Iterate records by TOTALSIZE, as the broker's recovery walks them.
+
+    Yields :class:`Message` and :class:`Blank`; with ``keep_going`` also :class:`Skipped`
+    ranges after which a trusted record (valid magic, PHYSICALOFFSET equal to its position,
+    matching body CRC) was found. After iteration ``stop`` holds why the walk ended and
+    ``end_offset`` the end of the last valid record.
+    """
+
+    def __init__(self, commitlog: CommitLog, *, start: int | None = None, end: int | None = None,
+                 check_crc: bool = True, read_body: bool = True, keep_going: bool = False,
+                 use_mmap: bool = True, max_record_size: int = MAX_RECORD_SIZE):
+        self.cl = commitlog
+        self.start = commitlog.min_offset if start is None else start
+        self.end = end
+        self.check_crc = check_crc
+        self.read_body = read_body
+        self.keep_going = keep_going
+        self.use_mmap = use_mmap
+        self.max_record_size = max_record_size
+        self.stop: Invalid | None = None
+        self.end_offset = self.start
+        self.records = 0
+        self.bytes_done = 0  # segment bytes consumed so far (for progress)
+
+    def __iter__(self) -> Iterator[Message | Blank | Skipped]:
+        segs = [s for s in self.cl.segments if s.start + s.size > self.start]
+        if not segs:
+            self.stop = Invalid(self.start, "", 0, END_OF_DATA, f"offset {self.start} is past the end of the commitlog")
+            return
+        self._pending: Invalid | None = None
+        self._pending_end = 0
+        for seg in segs:
+            pos = max(0, self.start - seg.start)
+            reader = seg.open(self.use_mmap)
+            try:
+                done = yield from self._walk_segment(seg, reader, pos)
+            finally:
+                reader.close()
+            self.bytes_done += seg.size
+            if done:
+                return
+        last = segs[-1]
+        self.stop = self._pending or Invalid(last.end, last.name, last.size, END_OF_DATA,
+                                             "end of the last commitlog segment")
+
+    def _walk_segment(self, seg: Segment, r: SegmentReader, pos: int):
+        """Walk one segment; return True when the whole walk is over."""
+        next_release = pos + _RELEASE_EVERY
+        while True:
+            if pos >= next_release:  # keep RSS bounded on big mapped segments
+                r.release(pos - (1 << 20))
+                next_release = pos + _RELEASE_EVERY
+            if self.end is not None and seg.start + pos >= self.end:
+                self.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, f"reached --to-offset {self.end}")
+                return True
+            if pos >= r.size:
+                return False  # a record ended exactly at the end of the file: next segment
+            rec = read_record(r, pos, check_crc=self.check_crc, read_body=self.read_body,
+                              max_record_size=self.max_record_size)
+            if isinstance(rec, Message):
+                if self._pending is not None:  # damage ran to the end of an earlier file
+                    p = self._pending
+                    self._pending = None
+                    yield Skipped(p.offset, self._pending_end, p.file, p)
+                self.records += 1
+                pos += rec.size
+                self.end_offset = seg.start + pos
+                yield rec
+                continue
+            if isinstance(rec, Blank):
+                self.end_offset = seg.start + seg.size
+                yield rec
+                return False
+            if not self.keep_going:
+                self.stop = rec
+                return True
+            nxt = self._resync(seg, r, pos + 1)
+            if nxt is None:
+                if self._pending is None:
+                    self._pending, self._pending_end = rec, seg.end
+                return False  # nothing trusted in the rest of this file: try the next one
+            self._pending = None
+            yield Skipped(seg.start + pos, seg.start + nxt, seg.name, rec)
+            pos = nxt
+
+    def _resync(self, seg: Segment, r: SegmentReader, lo: int) -> int | None:
+        """First segment position >= ``lo`` holding a trusted record, or None."""
+        p = lo + 4  # the magic of a record starting at >= lo sits at >= lo + 4
+        while p + 4 <= r.size:
+            buf, i, avail = r.view(p, min(_RESYNC_CHUNK, r.size - p))
+            if avail < 4:
+                return None
+            cands = []
+            for magic in _MAGICS:
+                f = buf.find(magic, i, i + avail)
+                while f >= 0:
+                    cands.append(p + (f - i) - 4)
+                    f = buf.find(magic, f + 1, i + avail)
+            for cand in sorted(cands):
+                if self._trusted(seg, r, cand):
+                    return cand
+            p += max(1, avail - 3)
+        return None
+
+    def _trusted(self, seg: Segment, r: SegmentReader, cand: int) -> bool:
+        """Resync rule: valid magic, PHYSICALOFFSET equal to the position, body CRC matching."""
+        buf, i, avail = r.view(cand, 36)
+        if avail < 36 or _PHYS.unpack_from(buf, i + 28)[0] != seg.start + cand:
+            return False
+        rec = read_record(r, cand, check_crc=True, read_body=False, max_record_size=self.max_record_size)
+        return isinstance(rec, Message) and (rec.crc_ok or (rec.body_length <= 0 and rec.body_crc == 0))
+
+
+def read_record(r: SegmentReader, pos: int, *, check_crc: bool = True, read_body: bool = True,
+                max_record_size: int = MAX_RECORD_SIZE) -> Message | Blank | Invalid:
+    """Decode the record at segment position ``pos`` through a reader (two small views)."""
+    seg = r.segment
+    to_end = r.size - pos
+    if type(r) is MmapReader:  # the whole file is mapped: no windowing needed
+        return decode_record(r.mm, pos, to_end, pos, seg.start, seg.name, to_end=to_end, check_crc=check_crc,
+                             read_body=read_body, max_record_size=max_record_size)
+    buf, i, avail = r.view(pos, min(8, max(to_end, 0)))
+    need = record_extent(buf, i, avail, to_end, max_record_size)
+    if need > avail:
+        buf, i, avail = r.view(pos, need)
+    return decode_record(buf, i, avail, pos, seg.start, seg.name, to_end=r.size - pos, check_crc=check_crc,
+                         read_body=read_body, max_record_size=max_record_size)
