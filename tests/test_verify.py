@@ -458,3 +458,37 @@ def test_broker_version_auto_detects_a_5x_store():
     assert res.exit_code == 0 and json.loads(res.stdout)["summary"]["broker_model"] == "4.9"
     res = CliRunner().invoke(cli, ["verify", str(fixtures / "store-5x"), "-f", "json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["summary"]["broker_model"] == "5.3"
+
+
+def _slots(idx) -> list[int]:
+    data = idx.read_bytes()
+    n = (len(data) - 40) // 84  # RocketMQ's default ratio: 4 entries per slot
+    return [struct.unpack_from(">i", data, 40 + 4 * i)[0] for i in range(n)]
+
+
+def test_index_irregular_chains_that_still_find_every_key_are_info(store_copy):
+    """An empty slot pointing into another slot's chain (RocketMQ leaves such files after a crash): every
+    entry stays on its own slot's chain, queries find every key - info, not an error."""
+    root = store_copy("clean")
+    idx = root / IDX
+    slots = _slots(idx)
+    empty = next(i for i, v in enumerate(slots) if v == 0)
+    busy = next(i for i, v in enumerate(slots) if v > 0 and i > empty)
+    patch(idx, 40 + 4 * empty, struct.pack(">i", slots[busy]))
+    r = verify_store(root)
+    kinds = {(f.kind, f.severity) for f in r.findings if f.file == IDX}
+    assert ("index_chain_irregular", "info") in kinds
+    assert not {k for k, sev in kinds if sev == "error"}
+
+
+def test_index_chain_moved_to_a_foreign_slot_is_an_error(store_copy):
+    """The same link with the entry's own slot emptied: queries for those keys find nothing."""
+    root = store_copy("clean")
+    idx = root / IDX
+    slots = _slots(idx)
+    empty = next(i for i, v in enumerate(slots) if v == 0)
+    busy = next(i for i, v in enumerate(slots) if v > 0 and i > empty)
+    patch(idx, 40 + 4 * empty, struct.pack(">i", slots[busy]))
+    patch(idx, 40 + 4 * busy, struct.pack(">i", 0))
+    r = verify_store(root)
+    assert "index_slot_mismatch" in {f.kind for f in r.findings if f.file == IDX and f.severity == "error"}

@@ -87,11 +87,13 @@ def cli(ctx: click.Context, traceback: bool, evidence_file: str | None) -> None:
 
 def _finish_evidence(path: str) -> None:
     """After the command: hash every file it read into the manifest (an error here exits 2)."""
+    from rmqdump import __version__
     from rmqdump.disk import evidence
     from rmqdump.errors import RmqdumpError
+    from rmqdump.store.geometry import layout_summary
 
     try:
-        evidence.write_evidence(path)
+        evidence.write_evidence(path, version=__version__, geometry=layout_summary)
     except RmqdumpError as e:
         click.echo(f"rmqdump: error: {e}", err=True)
         raise click.exceptions.Exit(2) from None

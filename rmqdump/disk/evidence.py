@@ -21,9 +21,10 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from rmqdump.errors import RmqdumpError, StoreError
+from rmqdump.errors import StoreError
 
 MANIFEST_VERSION = 1
 _CHUNK = 1 << 20
@@ -179,52 +180,15 @@ def find_store_root(paths: list[str]) -> str | None:
     return None
 
 
-def store_geometry(store: str | os.PathLike | None) -> dict:
-    """Sizes that define how the store is laid out, from file sizes only (no data is read)."""
-    if store is None:
-        return {}
-    geo: dict = {}
-    try:
-        from rmqdump.store.commitlog import CommitLog
-
-        cl = CommitLog.open(store)
-        geo["commitlog"] = {"directory": str(cl.location), "file_size": cl.file_size,
-                            "segments": len(cl.segments), "min_offset": cl.min_offset,
-                            "max_end": cl.segments[-1].end if cl.segments else 0}
-    except RmqdumpError as e:
-        geo["commitlog"] = {"error": str(e)}
-    root = Path(store)
-    if root.is_dir() and (root / "commitlog").is_dir():
-        try:
-            from rmqdump.store.consumequeue import infer_store_cq_file_size
-
-            geo["consumequeue_file_size"] = infer_store_cq_file_size(root)
-        except RmqdumpError as e:
-            geo["consumequeue_file_size"] = {"error": str(e)}
-        try:
-            from rmqdump.store.indexfile import infer_geometry, list_index_files
-
-            files = list_index_files(root)
-            if files:
-                g = infer_geometry(files[0].stat().st_size, file=files[0])
-                geo["index"] = {"files": len(files), "hash_slot_num": g.hash_slot_num, "index_num": g.index_num,
-                                "file_size": g.file_size}
-            else:
-                geo["index"] = {"files": 0}
-        except (RmqdumpError, OSError) as e:
-            geo["index"] = {"error": str(e)}
-    return geo
-
-
 def _is_within(path: Path, base: Path) -> bool:
     return path == base or base in path.parents
 
 
 def build_manifest(store: str | os.PathLike | None = None, version: str | None = None,
-                   geometry: dict | None = None, argv: list[str] | None = None) -> dict:
-    """The manifest document for the files recorded so far (hashes taken now)."""
-    if version is None:
-        from rmqdump import __version__ as version
+                   geometry: dict | Callable[[str | None], dict] | None = None,
+                   argv: list[str] | None = None) -> dict:
+    """The manifest document for the files recorded so far (hashes taken now). ``geometry``: the store's
+    layout, or a function of the store root giving it (the store layer's ``layout_summary``)."""
     stop()
     files = recorded()
     if store is None:
@@ -233,8 +197,10 @@ def build_manifest(store: str | os.PathLike | None = None, version: str | None =
         store = find_store_root(files + audited)
     store = None if store is None else os.fspath(store)
     files = sorted(set(files) | set(_audited_within(store, write=False)))
-    if geometry is None:
-        geometry = store_geometry(store)
+    if callable(geometry):
+        geometry = geometry(store)
+    elif geometry is None:
+        geometry = {}
     first = _first_seen()
     entries = []
     for p in files:
@@ -261,7 +227,7 @@ def build_manifest(store: str | os.PathLike | None = None, version: str | None =
 
 
 def write_evidence(file: str | os.PathLike, store: str | os.PathLike | None = None, version: str | None = None,
-                   geometry: dict | None = None, argv: list[str] | None = None) -> dict:
+                   geometry: dict | Callable[[str | None], dict] | None = None, argv: list[str] | None = None) -> dict:
     """Hash every recorded file and write the manifest to ``file`` (atomically); returns it.
 
     Refuses (StoreError) to write inside the store or over a file that was read.

@@ -24,7 +24,7 @@ from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
-from rmqdump.fast.render import (
+from rmqdump.fast.abi import (
     B_BUF,
     B_COLS,
     B_DECOMPRESS,

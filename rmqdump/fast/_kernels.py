@@ -22,7 +22,7 @@ from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
-from rmqdump.fast.walk import (  # kernel return codes and argument-block layout, shared with the numba-free caller
+from rmqdump.fast.abi import (  # kernel return codes and argument-block layout, shared with the numba-free caller
     A_BUF,
     A_BYTE_LIMIT,
     A_CHECK_CRC,

@@ -22,29 +22,64 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rmqdump.fast.abi import (  # noqa: F401 - the kernel ABI, re-exported for the callers
+    B_BUF,
+    B_COLS,
+    B_DECOMPRESS,
+    B_FILE,
+    B_FILE_LEN,
+    B_I0,
+    B_LIMIT,
+    B_MODE,
+    B_N,
+    B_OUT,
+    B_OUT_CAP,
+    B_OUT_CODE,
+    B_OUT_EMITTED,
+    B_OUT_LEN,
+    B_OUT_NEXT,
+    B_SCRATCH,
+    B_SCRATCH_CAP,
+    B_SEG_START,
+    B_SELECT,
+    B_SIZE,
+    BLOCK_SIZE,
+    BODY_MODES,
+    C_BORN_H,
+    C_ENTRIES,
+    C_FLAGS,
+    C_KEY_DATA,
+    C_KEY_OFF,
+    C_KEYS,
+    C_MSGID,
+    C_N,
+    C_NAME_DATA,
+    C_NAME_OFF,
+    C_OUT_ENTRIES,
+    C_OUT_KEYS,
+    C_STORE_H,
+    C_TAGCODE,
+    C_TAGS,
+    C_TOPIC,
+    C_UNIQ,
+    C_VALID,
+    C_VALUE_DATA,
+    C_VALUE_OFF,
+    CODE_DONE,
+    CODE_FALLBACK,
+    CODE_FULL,
+    MODE_BASE64,
+    MODE_HEX,
+    MODE_NONE,
+    MODE_TEXT,
+)
+
 if TYPE_CHECKING:
     import numpy as np
 
     from rmqdump.codec.record import Message
     from rmqdump.fast.walk import RecordBatch
 
-# Body modes of the JSONL kernel.
-MODE_NONE, MODE_BASE64, MODE_HEX, MODE_TEXT = 0, 1, 2, 3
-BODY_MODES = {"none": MODE_NONE, "base64": MODE_BASE64, "hex": MODE_HEX, "text": MODE_TEXT}
-# Kernel return codes.
-CODE_DONE, CODE_FULL, CODE_FALLBACK = 0, 1, 2
-
-# The int64 argument block shared by both entry points.
-B_BUF, B_SIZE, B_N, B_I0, B_OUT, B_OUT_CAP, B_MODE, B_DECOMPRESS = 0, 1, 2, 3, 4, 5, 6, 7
-B_SEG_START, B_FILE, B_FILE_LEN, B_SELECT, B_LIMIT, B_SCRATCH, B_SCRATCH_CAP = 8, 9, 10, 11, 12, 13, 14
-B_COLS = 15  # 24 column pointers, fastwalk.COLUMNS order
-B_OUT_LEN, B_OUT_NEXT, B_OUT_CODE, B_OUT_EMITTED = 39, 40, 41, 42
-C_N = 43  # C_N + 1: property bytes, + 2: topic bytes, + 3: entry bound
-C_FLAGS, C_ENTRIES, C_NAME_OFF, C_NAME_DATA, C_VALUE_OFF, C_VALUE_DATA = 47, 48, 49, 50, 51, 52
-C_KEYS, C_KEY_OFF, C_KEY_DATA, C_TAGS, C_UNIQ, C_TAGCODE = 53, 54, 55, 56, 58, 60
-C_TOPIC, C_BORN_H, C_STORE_H, C_MSGID, C_VALID = 61, 63, 65, 67, 68
-C_OUT_ENTRIES, C_OUT_KEYS = 69, 70
-BLOCK_SIZE = 72
 SCRATCH_PAIRS = 16384  # property pairs per record (a 32 KiB properties string has at most ~8200)
 OUT_BUFFER = 8 * 1024 * 1024
 MIN_RANGE_ROWS = 256  # rows a worker thread renders at a time (at least)

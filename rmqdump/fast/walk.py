@@ -45,20 +45,74 @@ from typing import TYPE_CHECKING, Any
 
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.codec.record import (
-    BAD_BLANK,
-    BAD_FIELD,
-    BAD_MAGIC,
-    BAD_TOTALSIZE,
-    BODY_CRC,
     END_OF_DATA,
-    LENGTH_MISMATCH,
-    TRUNCATED,
     Blank,
     Invalid,
     Message,
     decode_record,
 )
 from rmqdump.errors import StoreError
+from rmqdump.fast.abi import (  # noqa: F401 - the kernel ABI, re-exported for the callers
+    A_BUF,
+    A_BYTE_LIMIT,
+    A_CHECK_CRC,
+    A_COLUMNS,
+    A_CRC_MODE,
+    A_LIMIT,
+    A_MAX_N,
+    A_MAX_RECORD_SIZE,
+    A_N,
+    A_OUT_CODE,
+    A_OUT_N,
+    A_OUT_POS,
+    A_POS,
+    A_SEG_START,
+    A_SIZE,
+    A_STATS,
+    ARG_BLOCK_SIZE,
+    BLANK,
+    COLUMN_NAMES,
+    COLUMNS,
+    CRC_CLMUL,
+    CRC_TABLE,
+    DEFER,
+    FULL,
+    INVALID,
+    KINDS,
+    LIMIT,
+    SEG_END,
+    V_ARENA,
+    V_ARENA_LEN,
+    V_ARENA_OFF,
+    V_ARENA_SIZE,
+    V_BLOCK_SIZE,
+    V_BUF,
+    V_COLUMNS,
+    V_HALF_OUT,
+    V_HT_IDS,
+    V_HT_KEYS,
+    V_HT_MASK,
+    V_I0,
+    V_N,
+    V_OUT_CAP,
+    V_OUT_CODE,
+    V_OUT_I,
+    V_Q_COUNT,
+    V_Q_NEXT,
+    V_Q_PY,
+    V_QT_KEYS,
+    V_QT_MASK,
+    V_QT_SLOTS,
+    V_QUEUE_CAP,
+    V_SEG_START,
+    V_SIZE,
+    V_STATE,
+    V_TCOUNT,
+    V_TFLAGS,
+    V_TOPIC_CAP,
+    V_TX_OUT,
+    VSCAN_COLUMNS,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,52 +120,9 @@ if TYPE_CHECKING:
     from rmqdump.disk.segment import Segment
     from rmqdump.store.commitlog import CommitLog
 
-# Kernel kind codes, index = code - INVALID (see rmqdump.fast._kernels).
-KINDS: tuple[str, ...] = (END_OF_DATA, BAD_MAGIC, BAD_TOTALSIZE, TRUNCATED, LENGTH_MISMATCH, BODY_CRC,
-                          BAD_FIELD, BAD_BLANK)
 FAST_THRESHOLD = 64 * 1024 * 1024  # bytes to walk from which the compiled path pays for itself
 BATCH_RECORDS = 65536
 BATCH_BYTES = 16 * 1024 * 1024  # bound a batch's span too (mapped pages are released behind it)
-
-# (name, numpy dtype) of every column of a RecordBatch; *_start are segment positions.
-COLUMNS: tuple[tuple[str, str], ...] = (
-    ("file_pos", "int64"), ("size", "int32"), ("magic", "uint32"), ("body_crc", "int32"),
-    ("queue_id", "int32"), ("flag", "int32"), ("queue_offset", "int64"), ("physical_offset", "int64"),
-    ("sys_flag", "int32"), ("born_timestamp", "int64"), ("born_addr", "16u1"), ("born_port", "int32"),
-    ("store_timestamp", "int64"), ("store_addr", "16u1"), ("store_port", "int32"), ("reconsume_times", "int32"),
-    ("prepared_transaction_offset", "int64"), ("body_length", "int32"), ("body_start", "int64"),
-    ("topic_start", "int64"), ("topic_length", "int32"), ("properties_start", "int64"),
-    ("properties_length", "int32"), ("crc_ok", "int8"),
-)
-COLUMN_NAMES = tuple(name for name, _ in COLUMNS)
-
-# Kernel return codes (see rmqdump.fast._kernels.walk).
-FULL = 0  # batch full (records or bytes); resume at the returned position
-SEG_END = 1  # a record ended exactly at the end of the segment
-BLANK = 2  # a valid end-of-file BLANK at the returned position
-LIMIT = 3  # reached the caller's limit position (--to-offset)
-DEFER = 4  # a record the Python decoder must judge (DELAY property on SCHEDULE_TOPIC_XXXX)
-INVALID = 16  # INVALID + k: invalid record of kind KINDS[k]
-CRC_TABLE = 0  # slice-by-8 table CRC
-CRC_CLMUL = 1  # PCLMULQDQ folding CRC
-
-# The int64 argument block of the walk entry point: inputs, 24 column pointers, outputs.
-A_BUF, A_POS, A_SIZE, A_LIMIT, A_MAX_RECORD_SIZE, A_CHECK_CRC, A_CRC_MODE = 0, 1, 2, 3, 4, 5, 6
-A_N, A_MAX_N, A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS = 7, 8, 9, 10, 11, 12
-A_OUT_N, A_OUT_POS, A_OUT_CODE = 36, 37, 38
-ARG_BLOCK_SIZE = 40
-
-# The int64 argument block of the verify-checks entry point (rmqdump_vscan; see rmqdump.analysis.verify.fast).
-VSCAN_COLUMNS: tuple[str, ...] = (
-    "file_pos", "size", "body_crc", "queue_id", "queue_offset", "physical_offset", "sys_flag", "born_timestamp",
-    "born_port", "store_timestamp", "store_addr", "store_port", "reconsume_times", "prepared_transaction_offset",
-    "body_length", "topic_start", "topic_length", "properties_start", "properties_length")
-V_BUF, V_SIZE, V_I0, V_N, V_SEG_START, V_COLUMNS = 0, 1, 2, 3, 4, 5
-V_HT_KEYS, V_HT_IDS, V_HT_MASK, V_ARENA, V_ARENA_SIZE, V_ARENA_OFF, V_ARENA_LEN = 24, 25, 26, 27, 28, 29, 30
-V_TFLAGS, V_TCOUNT, V_TOPIC_CAP, V_QT_KEYS, V_QT_SLOTS, V_QT_MASK = 31, 32, 33, 34, 35, 36
-V_Q_NEXT, V_Q_COUNT, V_Q_PY, V_QUEUE_CAP, V_STATE, V_TX_OUT, V_HALF_OUT, V_OUT_CAP = 37, 38, 39, 40, 41, 42, 43, 44
-V_OUT_I, V_OUT_CODE = 45, 46
-V_BLOCK_SIZE = 48
 
 _np: Any = None
 _backend: Any = None

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,84 +28,10 @@ from rmqdump.rows.export import (
     prepare_output,
     write_splits,
 )
-
-Progress = Callable[[int, int], None]
+from rmqdump.spark.plumbing import Progress, _parallelize, spark_errors, track  # noqa: F401 - re-exported
 
 STATS_KEYS = ("broker", "topic", "queue_id", "hour")
 STATS_KEY_CHOICES = ("broker", "store", "topic", "queue_id", "date", "hour")
-
-
-# --- plumbing ---------------------------------------------------------------------------------
-
-_REMOTE_ERROR = re.compile(r"rmqdump\.errors\.(\w+Error): (.*)")
-
-
-def _remote_error(e: BaseException) -> RmqdumpError | None:
-    """The RmqdumpError an executor raised, from the text of a Spark task failure."""
-    text = str(e)
-    found = _REMOTE_ERROR.findall(text)
-    if not found:
-        return None
-    from rmqdump import errors
-
-    name, message = found[-1]
-    cls = getattr(errors, name, RmqdumpError)
-    if not (isinstance(cls, type) and issubclass(cls, RmqdumpError)):
-        cls = RmqdumpError
-    return cls(message.strip())
-
-
-@contextmanager
-def spark_errors():
-    """Re-raise executor-side RmqdumpErrors as such (one line for the CLI)."""
-    try:
-        yield
-    except RmqdumpError:
-        raise
-    except Exception as e:
-        err = _remote_error(e)
-        if err is None:
-            raise
-        raise err from None
-
-
-@contextmanager
-def track(spark, description: str, progress: Progress | None, interval: float = 0.5):
-    """Run the enclosed Spark actions in a job group; report (completed tasks, total tasks) to ``progress``."""
-    sc = spark.sparkContext
-    group = f"rmqdump-{uuid.uuid4().hex[:12]}"
-    sc.setJobGroup(group, description)
-    stop = threading.Event()
-
-    def poll() -> None:
-        tracker = sc.statusTracker()
-        while not stop.wait(interval):
-            try:
-                done = total = 0
-                for jid in tracker.getJobIdsForGroup(group):
-                    info = tracker.getJobInfo(jid)
-                    for sid in (info.stageIds if info else ()):
-                        st = tracker.getStageInfo(sid)
-                        if st is not None:
-                            done += st.numCompletedTasks
-                            total += st.numTasks
-                if total:
-                    progress(done, total)
-            except Exception:  # the session is going away: stop reporting
-                return
-
-    thread = threading.Thread(target=poll, name="rmqdump-progress", daemon=True) if progress else None
-    if thread is not None:
-        thread.start()
-    try:
-        with spark_errors():
-            yield
-    finally:
-        stop.set()
-        if thread is not None:
-            thread.join(timeout=5)
-        sc.setLocalProperty("spark.jobGroup.id", None)
-        sc.setLocalProperty("spark.job.description", None)
 
 
 def _as_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
@@ -119,10 +41,6 @@ def _as_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str
     if not out:
         raise RmqdumpError("no store given")
     return out
-
-
-def _parallelize(spark, items: list, slices: int | None = None):
-    return spark.sparkContext.parallelize(items, max(1, slices or len(items)))
 
 
 def records(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], **options):

@@ -3,7 +3,7 @@
 Three stages, all on executors:
 
 1. **Segments** (one task per commitlog segment): the record checks of
-   :func:`rmqdump.analysis.verify.records.verify_segment`, exactly as ``verify`` calls it, plus one
+   :func:`rmqdump.analysis.verify.segment.verify_segment`, exactly as ``verify`` calls it, plus one
    compact row per dispatchable record (what ``CqChecker.on_message`` looks at).
 2. **ConsumeQueue ↔ commitlog** as a DataFrame join: the records against every consume-queue
    entry the broker's CQ recovery keeps (``consume_queue_states``, one task per store).
@@ -71,7 +71,7 @@ def _segment_kwargs(opts: VerifyOptions, cl, root, seg, first: bool) -> dict:
 def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
     """("seg", store, start, SegmentResult | error text) and ("rec", row) per dispatchable record:
     (store, offset, size, topic_raw, queue_id, queue_offset, the tagsCode its CQ entry must hold)."""
-    from rmqdump.analysis.verify.records import verify_segment
+    from rmqdump.analysis.verify.segment import verify_segment
     from rmqdump.analysis.verify.store_checks import expected_tags_code
     from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
     from rmqdump.disk.segment import Segment
@@ -168,7 +168,7 @@ class StoreVerdict:
 def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[int],
               unmatched: list[tuple], checked: int, reverified: list | None = None, use_mmap: bool = True) -> dict:
     """``verify_store`` keywords that make it use stage-1 segment results and the stage-2 join outcome."""
-    from rmqdump.analysis.verify.records import verify_segment as real_segment
+    from rmqdump.analysis.verify.segment import verify_segment as real_segment
     from rmqdump.analysis.verify.store_checks import CqChecker, RecordCache
     from rmqdump.codec.record import Message
 
@@ -233,7 +233,7 @@ def verify(spark, paths: Sequence[str], opts: VerifyOptions | None = None, progr
     """
     from pyspark import StorageLevel
 
-    from rmqdump.spark.jobs import _parallelize, track
+    from rmqdump.spark.plumbing import _parallelize, track
 
     opts = opts or VerifyOptions()
     stores = [Store.open(p) for p in paths]

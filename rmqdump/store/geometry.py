@@ -449,3 +449,41 @@ def _check_index_slots(f, r: _Reader, geo, count: int, max_slots: int | None, ma
 
 def geometry_hint() -> str:
     return "pass --index-slots/--index-entries or --broker-config with the broker's maxHashSlotNum/maxIndexNum"
+
+
+def layout_summary(store: str | os.PathLike | None) -> dict:
+    """Sizes that define how the store is laid out, from file sizes only (no data is read): the evidence
+    manifest's ``geometry``."""
+    if store is None:
+        return {}
+    geo: dict = {}
+    try:
+        from rmqdump.store.commitlog import CommitLog
+
+        cl = CommitLog.open(store)
+        geo["commitlog"] = {"directory": str(cl.location), "file_size": cl.file_size,
+                            "segments": len(cl.segments), "min_offset": cl.min_offset,
+                            "max_end": cl.segments[-1].end if cl.segments else 0}
+    except RmqdumpError as e:
+        geo["commitlog"] = {"error": str(e)}
+    root = Path(store)
+    if root.is_dir() and (root / "commitlog").is_dir():
+        try:
+            from rmqdump.store.consumequeue import infer_store_cq_file_size
+
+            geo["consumequeue_file_size"] = infer_store_cq_file_size(root)
+        except RmqdumpError as e:
+            geo["consumequeue_file_size"] = {"error": str(e)}
+        try:
+            from rmqdump.store.indexfile import infer_geometry, list_index_files
+
+            files = list_index_files(root)
+            if files:
+                g = infer_geometry(files[0].stat().st_size, file=files[0])
+                geo["index"] = {"files": len(files), "hash_slot_num": g.hash_slot_num, "index_num": g.index_num,
+                                "file_size": g.file_size}
+            else:
+                geo["index"] = {"files": 0}
+        except (RmqdumpError, OSError) as e:
+            geo["index"] = {"error": str(e)}
+    return geo

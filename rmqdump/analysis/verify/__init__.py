@@ -1,7 +1,7 @@
 """``rmqdump verify``: what is damaged, what the broker would throw away, what can be saved.
 
 :func:`verify_store` runs the record checks of every commitlog segment
-(:func:`~rmqdump.analysis.verify.records.verify_segment`, reusable per segment / in parallel), the
+(:func:`~rmqdump.analysis.verify.segment.verify_segment`, reusable per segment / in parallel), the
 store checks (:mod:`rmqdump.analysis.verify.store_checks`) and the recovery prediction
 (:mod:`rmqdump.broker.recovery`), and returns a :class:`VerifyReport`.
 
@@ -69,7 +69,8 @@ Index files:
   ``index_chain_order``, ``index_entry_dangling``, ``index_header``, ``index_file_size``,
   ``index_unreadable`` (error); ``index_header_mismatch``, ``index_time_mismatch``, ``index_slot_invalid``,
   ``index_entry_unreachable``, ``index_entry_beyond_end``, ``index_file_name`` (warning);
-  ``index_entry_expired`` (info)
+  ``index_entry_expired``, ``index_chain_irregular`` (info: chains that merge or pass through
+  another slot's entries while every entry stays on its own slot's chain, as RocketMQ leaves them after a crash)
 Checkpoint, config, abort, lock:
   ``checkpoint_missing``, ``checkpoint_size``, ``checkpoint_ahead`` (warning); ``checkpoint_zero``,
   ``checkpoint_index`` (info); ``config_parse`` (error; warning when the broker falls back to .bak),
@@ -116,8 +117,8 @@ from rmqdump.analysis.verify.records import (
     _fast_wanted,
     check_transactions,
     merge_segments,
-    verify_segment,
 )
+from rmqdump.analysis.verify.segment import verify_segment
 from rmqdump.analysis.verify.store_checks import (
     CqChecker,
     RecordCache,

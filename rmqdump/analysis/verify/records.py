@@ -1,6 +1,6 @@
 """Record-level verification of one commitlog segment — the reusable (parallelisable) loop.
 
-:func:`verify_segment` walks one segment by TOTALSIZE (``read_body=False``, body CRC checked
+:func:`verify_segment_pure` walks one segment by TOTALSIZE (``read_body=False``, body CRC checked
 inside the decoder), checks every record and returns a :class:`SegmentResult`: findings,
 statistics and the little state needed to check continuity across segments
 (:func:`merge_segments`). It needs nothing but the segment file, so segments can be
@@ -133,12 +133,11 @@ def _escape(b: bytes, limit: int = 60) -> str:
     return s + ("…" if len(b) > limit else "")
 
 
-def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc: bool = True,
-                   keep_going: bool = True, max_record_size: int = MAX_RECORD_SIZE, use_mmap: bool = True,
-                   file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
-                   progress: Callable[[int], None] | None = None, list_limit: int = 10000,
-                   max_findings_per_kind: int = 1000, zero_start: bool = False,
-                   fast: bool | None = None) -> SegmentResult:
+def verify_segment_pure(segment: Segment, *, file_size: int | None = None, check_crc: bool = True,
+                        keep_going: bool = True, max_record_size: int = MAX_RECORD_SIZE, use_mmap: bool = True,
+                        file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
+                        progress: Callable[[int], None] | None = None, list_limit: int = 10000,
+                        max_findings_per_kind: int = 1000, zero_start: bool = False) -> SegmentResult:
     """Verify every record of one segment (see the package docstring for the finding kinds).
 
     ``keep_going`` resynchronises past damage (as ``scan --keep-going``) and counts the
@@ -146,20 +145,9 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     ``on_message`` is called for every valid record (store-level cross checks);
     ``progress`` with the segment position every 1024 records. ``zero_start``: this is the
     first segment of a store whose commitlog starts at offset 0, so every queue starts at 0.
-    ``fast``: walk and check with the compiled kernels (:mod:`rmqdump.analysis.verify.fast`; identical
-    results); None = when they are available and the segment is big enough (``use_mmap`` only).
+    The pure-Python reference; :func:`rmqdump.analysis.verify.segment.verify_segment` picks this or
+    its compiled twin.
     """
-    if fast is None:
-        fast = use_mmap and _fast_wanted(segment.size)
-    if fast:
-        from rmqdump.analysis.verify.fast import verify_segment_fast
-
-        res = verify_segment_fast(segment, file_size=file_size, check_crc=check_crc, keep_going=keep_going,
-                                  max_record_size=max_record_size, file_label=file_label, on_message=on_message,
-                                  progress=progress, list_limit=list_limit,
-                                  max_findings_per_kind=max_findings_per_kind, zero_start=zero_start)
-        if res is not None:
-            return res
     label = file_label or str(segment.path)
     res = SegmentResult(segment.name, label, segment.start, segment.size, end_offset=segment.start)
     emit = _Emitter(res, max_findings_per_kind)
