@@ -14,6 +14,8 @@ topic/properties (or a text body) that are not valid UTF-8, the delay topic
 bytes are copied as they are (JSON escapes added). Built like :mod:`rmqdump.fast._kernels`:
 once per machine into a shared library loaded with ctypes (``python -m rmqdump.fast._jsonkernels
 OUT.so [CC]``), or numba's JIT cache when no C compiler links one.
+
+One module: numba compiles these kernels, their helpers and their C entry points into one shared library; the ABI lives in :mod:`rmqdump.fast.abi`.
 """
 
 from __future__ import annotations

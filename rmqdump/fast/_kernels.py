@@ -8,6 +8,8 @@ below, numba's own cache).
 The record walk mirrors :func:`rmqdump.codec.record.decode_record` check for check, in the same order,
 so that its stop verdict (position + kind) is the pure decoder's. The body CRC is CRC-32
 (zlib's) computed by PCLMULQDQ folding where the CPU has it, else by a slice-by-8 table.
+
+One module: numba compiles these kernels, their helpers and their C entry points into one shared library; the ABI lives in :mod:`rmqdump.fast.abi`.
 """
 
 from __future__ import annotations
