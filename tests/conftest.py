@@ -35,3 +35,18 @@ def store_copy(tmp_path):
         return writable_copy(real_store(name), tmp_path / name)
 
     return _copy
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels_ready():
+    """With ``RMQDUMP_FAST=1`` (the suite's compiled-engine run) every path takes the kernels: build their
+    shared libraries once, before tests that time their subprocesses start."""
+    import os
+
+    if os.environ.get("RMQDUMP_FAST") == "1":
+        from rmqdump.fast import render, walk
+
+        if walk.fast_available():
+            walk.backend()
+            render.backend()
+    yield

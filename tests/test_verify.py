@@ -466,15 +466,21 @@ def _slots(idx) -> list[int]:
     return [struct.unpack_from(">i", data, 40 + 4 * i)[0] for i in range(n)]
 
 
-def test_index_irregular_chains_that_still_find_every_key_are_info(store_copy):
-    """An empty slot pointing into another slot's chain (RocketMQ leaves such files after a crash): every
-    entry stays on its own slot's chain, queries find every key - info, not an error."""
+def _link_empty_slot(store_copy):
+    """The clean store with an empty slot of its index file pointing at the head of a later slot's chain."""
     root = store_copy("clean")
     idx = root / IDX
     slots = _slots(idx)
     empty = next(i for i, v in enumerate(slots) if v == 0)
     busy = next(i for i, v in enumerate(slots) if v > 0 and i > empty)
     patch(idx, 40 + 4 * empty, struct.pack(">i", slots[busy]))
+    return root, idx, busy
+
+
+def test_index_irregular_chains_that_still_find_every_key_are_info(store_copy):
+    """An empty slot pointing into another slot's chain (RocketMQ leaves such files after a crash): every
+    entry stays on its own slot's chain, queries find every key - info, not an error."""
+    root, _idx, _busy = _link_empty_slot(store_copy)
     r = verify_store(root)
     kinds = {(f.kind, f.severity) for f in r.findings if f.file == IDX}
     assert ("index_chain_irregular", "info") in kinds
@@ -483,12 +489,7 @@ def test_index_irregular_chains_that_still_find_every_key_are_info(store_copy):
 
 def test_index_chain_moved_to_a_foreign_slot_is_an_error(store_copy):
     """The same link with the entry's own slot emptied: queries for those keys find nothing."""
-    root = store_copy("clean")
-    idx = root / IDX
-    slots = _slots(idx)
-    empty = next(i for i, v in enumerate(slots) if v == 0)
-    busy = next(i for i, v in enumerate(slots) if v > 0 and i > empty)
-    patch(idx, 40 + 4 * empty, struct.pack(">i", slots[busy]))
+    root, idx, busy = _link_empty_slot(store_copy)
     patch(idx, 40 + 4 * busy, struct.pack(">i", 0))
     r = verify_store(root)
     assert "index_slot_mismatch" in {f.kind for f in r.findings if f.file == IDX and f.severity == "error"}
