@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqdump.codec.encoder import choose_magic, encode_blank, encode_fields, properties_bytes, with_record_crc
-from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
+from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code, java_string_hash
+from rmqdump.codec.javahash import index_key_hash as index_hash  # noqa: F401 - the writer's name
+from rmqdump.codec.javahash import index_key_hashes as index_hashes
 from rmqdump.codec.layout import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
@@ -105,75 +107,6 @@ if hasattr(os, "register_at_fork"):
 @functools.lru_cache(maxsize=1024)
 def _host(text: str) -> tuple[bytes, int]:
     return parse_host(text)
-
-
-def _hash32(s: str) -> int:
-    """Java ``String.hashCode`` as an unsigned 32-bit value (Horner over UTF-16 units, masked once)."""
-    h = 0
-    if s.isascii():
-        for c in s.encode():
-            h = h * 31 + c
-    else:
-        data = s.encode("utf-16-be", "surrogatepass")
-        for u in struct.unpack(f">{len(data) // 2}H", data):
-            h = h * 31 + u
-    return h & 0xFFFFFFFF
-
-
-_POW31: list = []  # 31**i mod 2**32 (numpy uint64), grown on demand
-
-
-def index_hashes(keys: list[str]):
-    """:func:`index_hash` of many keys at once (numpy int64 array; a list without numpy).
-
-    Java's Horner sum over UTF-16 units, vectorised: unit * 31**(units after it) mod 2**32,
-    summed per key.
-    """
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover - numpy is optional
-        return [index_hash(k) for k in keys]
-    n = len(keys)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    joined = "".join(keys)
-    if joined.isascii():
-        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
-        lens = np.fromiter(map(len, keys), dtype=np.int64, count=n)
-    else:
-        units = np.frombuffer(joined.encode("utf-16-be", "surrogatepass"), dtype=">u2")
-        lens = np.fromiter((len(k.encode("utf-16-be", "surrogatepass")) >> 1 for k in keys), dtype=np.int64, count=n)
-    longest = int(lens.max())
-    if not _POW31 or len(_POW31[0]) <= longest:
-        size = max(longest + 1, 256)
-        pw = np.empty(size, dtype=np.uint64)
-        v = 1
-        for i in range(size):
-            pw[i] = v
-            v = v * 31 & 0xFFFFFFFF
-        _POW31[:] = [pw]
-    ends = np.cumsum(lens)
-    exps = np.repeat(ends, lens) - np.arange(1, len(units) + 1, dtype=np.int64)
-    prod = (units.astype(np.uint64) * _POW31[0][exps]) & np.uint64(0xFFFFFFFF)
-    h = np.zeros(n, dtype=np.uint64)
-    nonempty = lens > 0
-    if len(units):
-        h[nonempty] = np.add.reduceat(prod, (ends - lens)[nonempty])
-    h &= np.uint64(0xFFFFFFFF)
-    neg = (h & np.uint64(0x80000000)) != 0
-    h = np.where(neg, np.uint64(0x100000000) - h, h)
-    h = np.where(h == np.uint64(0x80000000), np.uint64(0), h)  # abs(Integer.MIN_VALUE) -> 0
-    return h.astype(np.int64)
-
-
-def index_hash(key: str) -> int:
-    """``indexKeyHashMethod`` (abs of Java ``String.hashCode``, 0 for MIN_VALUE)."""
-    h = _hash32(key)
-    if h & 0x80000000:
-        h = 0x100000000 - h  # abs of the negative int32
-        if h == 0x80000000:
-            return 0
-    return h
 
 
 @dataclass(slots=True)
@@ -719,8 +652,7 @@ class StoreWriter:
             return 0
         code = self._tags_codes.get(tags)
         if code is None:
-            code = _hash32(tags)
-            code -= (code & 0x80000000) << 1  # signed int32, sign-extended
+            code = java_string_hash(tags)  # signed int32, sign-extended
             if len(self._tags_codes) < 65536:
                 self._tags_codes[tags] = code
         return code

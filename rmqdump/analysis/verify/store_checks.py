@@ -8,15 +8,13 @@ commitlog: the commitlog offset).
 from __future__ import annotations
 
 import os
-import sys
 from array import array
 from collections import Counter
-from operator import mul
 from pathlib import Path
 
 from rmqdump.broker.recovery import QueueState
 from rmqdump.broker.systopics import multi_dispatch_targets, multi_dispatched_to
-from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
+from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, index_key_hash
 from rmqdump.codec.layout import (
     CQ_STORE_UNIT_SIZE,
     INDEX_HASH_SLOT_SIZE,
@@ -541,30 +539,10 @@ def _index_hashes(rec: Message) -> set[int]:
     out = set()
     uk = props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
     if uk:
-        out.add(fast_index_key_hash(f"{topic}#{uk}"))
+        out.add(index_key_hash(f"{topic}#{uk}"))
     for k in split_keys(props.get(PROPERTY_KEYS)):
-        out.add(fast_index_key_hash(f"{topic}#{k}"))
+        out.add(index_key_hash(f"{topic}#{k}"))
     return out
-
-
-_POW31: list[int] = [1]
-_LITTLE = sys.byteorder == "little"
-
-
-def fast_index_key_hash(key: str) -> int:
-    """:func:`rmqdump.codec.javahash.index_key_hash` as a C-level dot product with powers of 31."""
-    units = array("H", key.encode("utf-16-be", "surrogatepass"))
-    if _LITTLE:
-        units.byteswap()
-    n = len(units)
-    while len(_POW31) < n:
-        _POW31.append(_POW31[-1] * 31 & 0xFFFFFFFF)
-    h = sum(map(mul, units, _POW31[n - 1::-1] if n else ())) & 0xFFFFFFFF
-    if h & 0x80000000:
-        h -= 0x100000000
-    if h == -0x80000000:
-        return 0
-    return -h if h < 0 else h
 
 
 def _pread(path: Path, n: int, pos: int) -> bytes:
