@@ -13,6 +13,7 @@ import importlib
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -309,3 +310,20 @@ def test_bad_body_spec_is_a_usage_error(spec, msg):
         parse_body_spec(spec)
     res = CliRunner().invoke(cli, ["scan", str(FIXTURES / "store"), "--body", spec])
     assert res.exit_code == 2 and msg in res.output
+
+
+@pytest.mark.parametrize("args", [["scan", "fixtures/store"], ["scan", "fixtures/store", "-f", "table"],
+                                  ["verify", "fixtures/store", "-f", "table"], ["info", "fixtures/store", "-f", "table"],
+                                  ["stats", "fixtures/store", "-f", "table"]])
+def test_a_closed_pipe_ends_quietly_with_exit_0(args):
+    """`rmqdump ... | head` when head has gone: exit 0 and nothing on stderr, as `git log | head` does
+    (click and rich would exit 1, which `set -o pipefail` reads as "damage found")."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "rmqdump.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         cwd=Path(__file__).resolve().parents[1])
+    p.stdout.close()  # the reader is gone before the first write: every write hits EPIPE
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "Broken pipe" not in err

@@ -47,8 +47,13 @@ class LazyGroup(click.Group):
 
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # the reader went away (`| head`): stop quietly with 0, as `git log | head` does (click itself
+            # would exit 1, which `set -o pipefail` reads as "damage found")
+            _silence_stdout()
+            ctx.exit(0)
         except (RmqdumpError, OSError) as e:
-            if isinstance(e, BrokenPipeError) or (ctx.obj or {}).get("traceback"):
+            if (ctx.obj or {}).get("traceback"):
                 raise
             if isinstance(e, RmqdumpError):
                 msg = str(e)
@@ -99,14 +104,21 @@ def _finish_evidence(path: str) -> None:
         raise click.exceptions.Exit(2) from None
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point (errors become one line and exit 2 inside the group)."""
     try:
         cli.main(args=argv, prog_name="rmqdump")
     except BrokenPipeError:
-        # the reader went away (e.g. `| head`): stop quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _silence_stdout()
         sys.exit(0)
     except KeyboardInterrupt:
         click.echo("rmqdump: interrupted", err=True)

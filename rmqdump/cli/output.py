@@ -68,7 +68,13 @@ def stdout_console() -> Console:
     from rich.console import Console
 
     width = None if sys.stdout.isatty() else 240
-    return Console(file=sys.stdout, highlight=False, no_color=_no_color(), width=width)
+
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # the reader went away (`| head`): exit 0, not rich's 1
+            self.quiet = True
+            raise BrokenPipeError
+
+    return _Console(file=sys.stdout, highlight=False, no_color=_no_color(), width=width)
 
 
 def stderr_console() -> Console:
