@@ -68,6 +68,8 @@ CONVENTIONS = """\
 * **Errors**: one line, `rmqdump: error: <file> at byte <offset>: <what>`, exit 2;
   `rmqdump --traceback COMMAND ...` shows the Python traceback instead.
 * **Exit codes**: `0` ok · `1` findings (damage, lost messages) · `2` error (bad input or usage).
+  A reader that goes away (`rmqdump scan STORE | head`) ends the command quietly with `0`, as
+  `git log | head` does.
 * **Bodies** (`--body SPEC` on scan, pending, consumers): `none`, `text`, `text:CHARSET`
   (e.g. `text:gbk`), `hex`, `base64`, `json` (parsed and embedded as JSON), or
   `MODULE:FUNCTION`, your own Python callable taking the body bytes and returning a string or
