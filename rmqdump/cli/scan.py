@@ -255,37 +255,12 @@ def _scan_fast(walk, renderer, flt: RecordFilter, limit: int | None, progress) -
     for item in walk.batches():
         if not isinstance(item, RecordBatch):
             continue
-        select = None if flt.empty else _select(item, flt)
+        select = None if flt.empty else flt.batch_mask(item)
         renderer.write_batch(item, select, None if limit is None else limit - renderer.count)
         progress()
         if limit is not None and renderer.count >= limit:
             return True
     return False
-
-
-def _select(rb, flt: RecordFilter):
-    """``flt.match`` of every row of a batch (topic, queue and time criteria; vectorised)."""
-    import numpy as np
-
-    keep = np.ones(rb.n, dtype=bool)
-    if flt.queue_id is not None:
-        keep &= rb["queue_id"] == flt.queue_id
-    ts = rb["store_timestamp"]
-    if flt.since is not None:
-        keep &= ts >= flt.since
-    if flt.until is not None:
-        keep &= ts <= flt.until
-    if flt.topics:
-        starts, lengths = rb["topic_start"], rb["topic_length"]
-        hit = np.zeros(rb.n, dtype=bool)
-        for raw in flt._topic_raw:
-            rows = np.flatnonzero(keep & (lengths == len(raw)))
-            if len(raw) and len(rows):
-                got = rb.buf[starts[rows][:, None] + np.arange(len(raw))]
-                rows = rows[(got == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)]
-            hit[rows] = True
-        keep &= hit
-    return keep
 
 
 def _report_decoder(decoder: BodyDecoder, quiet: bool) -> None:

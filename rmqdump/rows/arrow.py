@@ -609,35 +609,6 @@ def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool
                                        for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
 
 
-def _filter_mask(batch: pa.RecordBatch, flt: RecordFilter):
-    """``RecordFilter.match`` of every row, vectorised (topics compared as raw bytes)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
-    keep = np.ones(batch.num_rows, dtype=bool)
-    if flt.topics:
-        raw = pc.cast(batch.column("topic"), pa.binary())
-        keep &= pc.is_in(raw, value_set=pa.array(sorted(flt._topic_raw), pa.binary())).to_numpy(zero_copy_only=False)
-    if flt.queue_id is not None:
-        keep &= batch.column("queue_id").to_numpy() == flt.queue_id
-    ts = batch.column("store_timestamp").to_numpy()
-    if flt.since is not None:
-        keep &= ts >= flt.since
-    if flt.until is not None:
-        keep &= ts <= flt.until
-    if flt.tags:
-        tags = pc.is_in(batch.column("tags"), value_set=pa.array(list(flt.tags), pa.string()))
-        keep &= pc.fill_null(tags, False).to_numpy(zero_copy_only=False)
-    if flt.keys:
-        want = pa.array(list(flt.keys), pa.string())
-        keys = batch.column("keys")
-        hit = pc.is_in(pc.list_flatten(keys), value_set=want).to_numpy(zero_copy_only=False)
-        any_key = np.bincount(pc.list_parent_indices(keys).to_numpy()[hit], minlength=batch.num_rows) > 0
-        uniq = pc.fill_null(pc.is_in(batch.column("uniq_key"), value_set=want), False).to_numpy(zero_copy_only=False)
-        keep &= any_key | uniq
-    return pa.array(keep)
-
-
 def _fast_pieces(rb, ctx: _FastContext, include_body: bool, decompress: bool,
                  flt: RecordFilter | None) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one fastwalk batch, in row order: runs of rows the compiled renderer
@@ -676,7 +647,7 @@ def _fast_pieces(rb, ctx: _FastContext, include_body: bool, decompress: bool,
             sd = fastrender.derive(sub)
         batch = _fast_columns(sub, sd, ctx, include_body, decompress)
         if flt is not None:
-            batch = batch.filter(_filter_mask(batch, flt))
+            batch = batch.filter(flt.arrow_mask(batch))
         yield batch
 
 
