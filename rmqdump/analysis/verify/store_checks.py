@@ -491,6 +491,10 @@ def _check_one_index(f, label: str, first_file: bool, cl: CommitLog, cache: Reco
                                   f"entry {cur} (keyHash {hashes[cur]}, slot {hashes[cur] % slots_n}) is on the "
                                   f"chain of slot {s}"))
             prev = prevs[cur]
+            if prev == cur:  # RocketMQ's query ends a chain there (prevIndex == the entry read)
+                irregular.append(("index_chain_order", entries_start + 20 * cur + 16,
+                                  f"entry {cur} prevIndex {prev} points at itself"))
+                break
             if prev >= cur or prev < 0 or prev >= count:
                 if prev != 0:
                     add(ERROR, "index_chain_order", label, entries_start + 20 * cur + 16,
@@ -510,8 +514,8 @@ def _check_one_index(f, label: str, first_file: bool, cl: CommitLog, cache: Reco
         else:
             for kind, off, detail in irregular:
                 add(ERROR, kind, label, off, detail)
-    if used != h.hash_slot_count:
-        add(WARNING, "index_header_mismatch", label, 32,
+    if used != h.hash_slot_count:  # a statistic the broker never reads back (stale slots make it drift)
+        add(INFO, "index_header_mismatch", label, 32,
             f"hashSlotCount {h.hash_slot_count} but {used} slots are in use")
     unreachable = [i for i in range(1, count) if chain_slot[i] == -1]
     if unreachable:
