@@ -765,17 +765,3 @@ def predict_recovery_auto(store: Store, version: str = VERSION_AUTO, **kwargs) -
         return (predict_recovery(store, version=VERSION_53, **kwargs),
                 f"5.x: a V2-magic record at {stop.offset} (written by a 5.x broker)")
     return pred, "4.9: no record or file only a 5.x broker writes (--broker-version 5.3 to model 5.x)"
-
-
-def compare_versions(store: Store, **kwargs) -> list[str]:
-    """Notes on where a 5.3.2+ broker's recovery would differ from the 4.9 prediction."""
-    a = predict_recovery(store, version=VERSION_49, **kwargs)
-    b = predict_recovery(store, version=VERSION_53, **kwargs)
-    out = []
-    if a.start_file != b.start_file:
-        out.append(f"5.3.2+ would start the walk at {b.start_file} instead of {a.start_file}")
-    if a.max_offset != b.max_offset:
-        out.append(f"5.3.2+ would end the commitlog at {b.max_offset} instead of {a.max_offset}")
-    if a.mode != b.mode:
-        out.append(f"5.3.2+ mode: {b.mode} instead of {a.mode}")
-    return out
