@@ -32,7 +32,9 @@ def test_seed_corpus_runs_cleanly(tmp_path):
     """Every seed (real stores + fixtures) goes through every target without an escape."""
     fz = _harness()
     n = fz.make_seeds(tmp_path / "seeds")
-    assert n > 100
+    from conftest import REAL
+
+    assert n > (100 if REAL.is_dir() else 50)  # the real stores beside the checkout add most seeds
     assert fz.replay(sorted(map(str, (tmp_path / "seeds").iterdir()))) == n
 
 
