@@ -25,6 +25,7 @@ from rmqdump.codec.layout import (
     STOREHOSTADDRESS_V6_FLAG,
 )
 from rmqdump.codec.record import Blank, Message
+from rmqdump.fast import abi
 from rmqdump.fast import walk as fastwalk
 from rmqdump.store.commitlog import CommitLog
 
@@ -116,7 +117,7 @@ def test_fixture_store_identical():
 def test_table_crc_walk_identical(monkeypatch, name):
     fastwalk.backend()
     monkeypatch.setenv("RMQDUMP_CRC", "table")  # crc_mode() -> the slice-by-8 table
-    assert fastwalk.crc_mode() == fastwalk.CRC_TABLE
+    assert fastwalk.crc_mode() == abi.CRC_TABLE
     path = REAL / name
     if not path.is_dir():
         pytest.skip("real stores are not beside the checkout")
@@ -165,8 +166,8 @@ def test_fixture_batches_and_columns():
 @pytest.mark.parametrize("mode", ["clmul", "table"])
 def test_crc_matches_zlib(mode):
     b = fastwalk.backend()
-    m = fastwalk.CRC_CLMUL if mode == "clmul" else fastwalk.CRC_TABLE
-    if m == fastwalk.CRC_CLMUL and not b.clmul:
+    m = abi.CRC_CLMUL if mode == "clmul" else abi.CRC_TABLE
+    if m == abi.CRC_CLMUL and not b.clmul:
         pytest.skip("no PCLMULQDQ on this host")
     rnd = random.Random(1)
     data = bytes(rnd.getrandbits(8) for _ in range(70000))

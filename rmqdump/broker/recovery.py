@@ -408,12 +408,10 @@ def cut_short(store: Store, walk: BrokerWalk) -> str | None:
     # evidence of a cut, not of damage: the file's last bytes are data (a broker's file ends in zeros or
     # a BLANK), and the record it stops in has a genuine magic
     try:
-        with open(seg.path, "rb") as f:
-            f.seek(stop.offset - seg.start)
-            head = f.read(8)
-            f.seek(max(0, seg.size - 8))
-            last = f.read(8)
-    except OSError:
+        with seg.open(use_mmap=False) as r:
+            head = r.read(stop.offset - seg.start, 8)
+            last = r.read(max(0, seg.size - 8), 8)
+    except (OSError, RmqdumpError):
         return None
     if not last.strip(b"\0") or last[-4:] == b"\0\0\0\0":
         return None
@@ -608,6 +606,7 @@ class RecoveryPrediction:
     deleted_index_files: list[dict] = field(default_factory=list)
     lost_index_range: tuple[int, int] | None = None
     load_errors: list[str] = field(default_factory=list)
+    cut_short: str | None = None  # why the only commitlog file was cut short (:func:`cut_short`)
     notes: list[str] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
 
@@ -707,7 +706,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         start = normal_start_index(cl, version, max_phy_cq)
     walk = (walker or broker_walk)(cl, start, version=version, check_crc=check_crc, use_mmap=use_mmap)
     pred.walk = walk
-    short = cut_short(store, walk)
+    short = pred.cut_short = cut_short(store, walk)
     if short and not pred.load_errors:
         pred.load_errors.append(short)
         pred.mode = MODE_REFUSES

@@ -868,7 +868,7 @@ def columns(buf, n, sc, sys_flag, born_addr, born_port, store_addr, store_port, 
     return ne, nk
 
 
-# --- C entry points: one int64 argument block each (see fastrender.B_* / C_*) ---------------------------
+# --- C entry points: one int64 argument block each (see abi.B_* / C_*) ---------------------------
 _p_u8 = pointer_intrinsic(types.uint8)
 _p_i8 = pointer_intrinsic(types.int8)
 _p_i32 = pointer_intrinsic(types.int32)
@@ -878,7 +878,7 @@ _p_i64 = pointer_intrinsic(types.int64)
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def jsonl_c(a):
-    """``jsonl`` over raw pointers (fastrender.B_* argument block; column pointers in fastwalk.COLUMNS order)."""
+    """``jsonl`` over raw pointers (abi.B_* argument block; column pointers in abi.COLUMNS order)."""
     n = a[B_N]
     c = B_COLS
     sc = carray(_p_i64(a[B_SCRATCH]), (a[B_SCRATCH_CAP], 4))
@@ -904,7 +904,7 @@ def jsonl_c(a):
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def columns_c(a):
-    """``columns`` over raw pointers (fastrender.C_* argument block)."""
+    """``columns`` over raw pointers (abi.C_* argument block)."""
     n = a[C_N]
     c = B_COLS
     tot = a[B_SIZE]

@@ -710,7 +710,7 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
     return n, 0
 
 
-# --- C entry points: one int64 argument block each (see fastwalk.ARG_BLOCK) -------------------------
+# --- C entry points: one int64 argument block each (see abi.ARG_BLOCK) -------------------------
 _PTR = {name: pointer_intrinsic(getattr(types, name))
         for name in ("uint8", "int8", "int32", "uint32", "int64", "uint64")}
 _p_u8, _p_i8, _p_i32 = _PTR["uint8"], _PTR["int8"], _PTR["int32"]
@@ -719,7 +719,7 @@ _p_u32, _p_i64, _p_u64 = _PTR["uint32"], _PTR["int64"], _PTR["uint64"]
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def walk_c(a):
-    """``walk`` over raw pointers: ``a`` is the argument block (fastwalk.A_*: inputs, column
+    """``walk`` over raw pointers: ``a`` is the argument block (abi.A_*: inputs, column
     pointers, outputs)."""
     cap = a[A_MAX_N]
     c = A_COLUMNS
@@ -743,7 +743,7 @@ def walk_c(a):
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def vscan_c(a):
-    """``vscan`` over raw pointers: ``a`` is the argument block (fastwalk.V_*)."""
+    """``vscan`` over raw pointers: ``a`` is the argument block (abi.V_*)."""
     n = a[V_N]
     c = V_COLUMNS
     nt = a[V_TOPIC_CAP]

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmqdump.fast.abi import (  # noqa: F401 - the kernel ABI, re-exported for the callers
+from rmqdump.fast.abi import (
     B_BUF,
     B_COLS,
     B_DECOMPRESS,
@@ -89,7 +89,7 @@ _lock = threading.Lock()
 
 
 def _abi() -> bytes:
-    from rmqdump.fast.walk import COLUMNS
+    from rmqdump.fast.abi import COLUMNS
 
     return repr((BODY_MODES, CODE_DONE, CODE_FULL, CODE_FALLBACK, B_COLS, B_OUT_LEN, B_OUT_NEXT, B_OUT_CODE,
                  B_OUT_EMITTED, C_N, C_FLAGS, C_ENTRIES, C_NAME_OFF, C_NAME_DATA, C_VALUE_OFF, C_VALUE_DATA, C_KEYS,
@@ -99,7 +99,7 @@ def _abi() -> bytes:
 
 def library_path() -> Path:
     """The shared library for this machine, kernel source, numba and Python (may not exist yet)."""
-    from rmqdump.fast.walk import kernel_library_path
+    from rmqdump.fast.engine import kernel_library_path
 
     return kernel_library_path("render", "_jsonkernels.py", _abi())
 
@@ -113,7 +113,7 @@ def library_ready() -> bool:
 
 
 def _build(path: Path) -> None:
-    from rmqdump.fast.walk import build_kernel_library, build_lock
+    from rmqdump.fast.engine import build_kernel_library, build_lock
 
     with build_lock():
         if not path.exists():  # another process may have built it meanwhile
@@ -170,7 +170,7 @@ def _block(rb: RecordBatch, scratch: np.ndarray) -> np.ndarray:
     """The argument block with the batch's segment buffer and column pointers."""
     import numpy as np
 
-    from rmqdump.fast.walk import COLUMN_NAMES
+    from rmqdump.fast.abi import COLUMN_NAMES
 
     a = np.zeros(BLOCK_SIZE, dtype=np.int64)
     a[B_BUF] = rb.buf.ctypes.data if rb.buf.size else 0

@@ -67,12 +67,10 @@ def _predicted_cq_max(store, rec: dict) -> dict[tuple[str, int], int]:
     assert res.exit_code in (0, 1), res.output
     doc = json.loads(res.stdout)
     queues = {(q["topic"], q["queue_id"]): q["max_offset"] for q in doc["queues"]}
-    for qname, q in rec["dropped_cq_entries"]["queues"].items():
-        topic, qid = qname.rsplit("/", 1)
-        queues[(topic, int(qid))] = q["new_max_offset"]
-    for qname, q in rec["redispatched_cq_entries"]["queues"].items():
-        topic, qid = qname.rsplit("/", 1)
-        queues[(topic, int(qid))] = q["new_max_offset"]
+    for change in ("dropped_cq_entries", "redispatched_cq_entries"):  # truncation first, then re-dispatch
+        for qname, q in rec[change]["queues"].items():
+            topic, qid = qname.rsplit("/", 1)
+            queues[(topic, int(qid))] = q["new_max_offset"]
     return queues
 
 

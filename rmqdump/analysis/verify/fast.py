@@ -30,6 +30,7 @@ from rmqdump.codec.layout import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANS
 from rmqdump.codec.record import BODY_CRC, END_OF_DATA, Invalid, Message
 from rmqdump.disk.segment import Segment
 from rmqdump.errors import StoreError
+from rmqdump.fast import abi
 from rmqdump.fast import walk as fw
 from rmqdump.store.commitlog import CommitLog, read_record
 
@@ -59,7 +60,7 @@ class _Tables:
 
     def __init__(self, out_cap: int):
         np = self.np = fw._numpy()
-        self.block = np.zeros(fw.V_BLOCK_SIZE, dtype=np.int64)
+        self.block = np.zeros(abi.V_BLOCK_SIZE, dtype=np.int64)
         self.state = np.zeros(16, dtype=np.int64)
         self.state[S_LAST_OFF] = -1
         self.out_cap = out_cap
@@ -78,10 +79,10 @@ class _Tables:
         self._alloc_queues(128)
         self._rehash_queues(256)
         b = self.block
-        b[fw.V_STATE] = self.state.ctypes.data
-        b[fw.V_TX_OUT] = self.tx_out.ctypes.data
-        b[fw.V_HALF_OUT] = self.half_out.ctypes.data
-        b[fw.V_OUT_CAP] = out_cap
+        b[abi.V_STATE] = self.state.ctypes.data
+        b[abi.V_TX_OUT] = self.tx_out.ctypes.data
+        b[abi.V_HALF_OUT] = self.half_out.ctypes.data
+        b[abi.V_OUT_CAP] = out_cap
 
     # -- topics
     def _alloc_topics(self, cap: int, arena: int) -> None:
@@ -100,9 +101,9 @@ class _Tables:
             ar[:self.arena_used] = self.arena[:self.arena_used]
         self.arena = ar
         b = self.block
-        b[fw.V_ARENA_OFF], b[fw.V_ARENA_LEN] = self.arena_off.ctypes.data, self.arena_len.ctypes.data
-        b[fw.V_TFLAGS], b[fw.V_TCOUNT], b[fw.V_TOPIC_CAP] = self.tflags.ctypes.data, self.tcount.ctypes.data, cap
-        b[fw.V_ARENA], b[fw.V_ARENA_SIZE] = self.arena.ctypes.data, max(arena, 1)
+        b[abi.V_ARENA_OFF], b[abi.V_ARENA_LEN] = self.arena_off.ctypes.data, self.arena_len.ctypes.data
+        b[abi.V_TFLAGS], b[abi.V_TCOUNT], b[abi.V_TOPIC_CAP] = self.tflags.ctypes.data, self.tcount.ctypes.data, cap
+        b[abi.V_ARENA], b[abi.V_ARENA_SIZE] = self.arena.ctypes.data, max(arena, 1)
 
     def _rehash_topics(self, size: int) -> None:
         np = self.np
@@ -115,7 +116,7 @@ class _Tables:
                 s = (s + 1) & mask
             self.ht_keys[s], self.ht_ids[s] = h, t
         b = self.block
-        b[fw.V_HT_KEYS], b[fw.V_HT_IDS], b[fw.V_HT_MASK] = self.ht_keys.ctypes.data, self.ht_ids.ctypes.data, mask
+        b[abi.V_HT_KEYS], b[abi.V_HT_IDS], b[abi.V_HT_MASK] = self.ht_keys.ctypes.data, self.ht_ids.ctypes.data, mask
 
     def add_topic(self, raw: bytes) -> int:
         t = len(self.topics)
@@ -150,9 +151,9 @@ class _Tables:
                 a[:n] = getattr(self, k)[:n]
             setattr(self, k, a)
         b = self.block
-        b[fw.V_Q_NEXT], b[fw.V_Q_COUNT], b[fw.V_Q_PY] = (self.q_next.ctypes.data, self.q_count.ctypes.data,
+        b[abi.V_Q_NEXT], b[abi.V_Q_COUNT], b[abi.V_Q_PY] = (self.q_next.ctypes.data, self.q_count.ctypes.data,
                                                          self.q_py.ctypes.data)
-        b[fw.V_QUEUE_CAP] = cap
+        b[abi.V_QUEUE_CAP] = cap
 
     @staticmethod
     def _qkey(tid: int, qid: int) -> int:
@@ -172,7 +173,7 @@ class _Tables:
         for (tid, qid), slot in self.slot_of.items():
             self._qinsert(self._qkey(tid, qid), slot)
         b = self.block
-        b[fw.V_QT_KEYS], b[fw.V_QT_SLOTS], b[fw.V_QT_MASK] = (self.qt_keys.ctypes.data, self.qt_slots.ctypes.data,
+        b[abi.V_QT_KEYS], b[abi.V_QT_SLOTS], b[abi.V_QT_MASK] = (self.qt_keys.ctypes.data, self.qt_slots.ctypes.data,
                                                               size - 1)
 
     def add_queue(self, tid: int, qid: int, topic_raw: bytes) -> int:
@@ -284,18 +285,18 @@ class _FastSegment:
             room = self.list_limit - len(res.intact_after_damage_offsets)
             if room > 0:
                 res.intact_after_damage_offsets += batch.offsets[:room].tolist()
-        b[fw.V_BUF], b[fw.V_SIZE] = batch.buf.ctypes.data, max(int(batch.buf.size), 1)
-        b[fw.V_N], b[fw.V_SEG_START] = n, batch.seg_start
-        for k, name in enumerate(fw.VSCAN_COLUMNS):
-            b[fw.V_COLUMNS + k] = batch[name].ctypes.data
+        b[abi.V_BUF], b[abi.V_SIZE] = batch.buf.ctypes.data, max(int(batch.buf.size), 1)
+        b[abi.V_N], b[abi.V_SEG_START] = n, batch.seg_start
+        for k, name in enumerate(abi.VSCAN_COLUMNS):
+            b[abi.V_COLUMNS + k] = batch[name].ctypes.data
         addr = b.ctypes.data
         vscan = self._vscan
         on_message = self.on_message
         i = delivered = 0
         while i < n:
-            b[fw.V_I0] = i
+            b[abi.V_I0] = i
             vscan(addr)
-            j, code = int(b[fw.V_OUT_I]), int(b[fw.V_OUT_CODE])
+            j, code = int(b[abi.V_OUT_I]), int(b[abi.V_OUT_CODE])
             if on_message is not None and delivered < j:
                 for m in batch.messages(False, delivered, j):
                     on_message(m)

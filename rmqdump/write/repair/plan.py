@@ -54,7 +54,6 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         VERSION_49,
         consume_queue_states,
         cq_truncation,
-        cut_short,
         predict_recovery_auto,
     )
     from rmqdump.codec.msgid import format_host
@@ -85,7 +84,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     plan.warnings += cq_problems
     regrow = None  # (segment, its restored length): a commitlog file cut short where recovery ends
     if pred.mode == MODE_REFUSES and pred.walk is not None and cl.segments:
-        regrow, why_not = _regrow_plan(store, pred, commitlog_file_size, cut_short(store, pred.walk))
+        regrow, why_not = _regrow_plan(store, pred, commitlog_file_size, pred.cut_short)
         if why_not:
             plan.blocked = why_not
             return plan

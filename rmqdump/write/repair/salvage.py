@@ -120,10 +120,9 @@ def _tombstone_properties(cl, offset: int, size: int, topic: str, lmq: list[tupl
     props: dict[str, str] = {}
     seg = cl.segment_for(offset)
     try:
-        with open(seg.path, "rb") as f:
-            f.seek(offset - seg.start)
-            raw = bytearray(f.read(size))
-    except OSError:
+        with seg.open(use_mmap=False) as r:
+            raw = bytearray(r.read(offset - seg.start, size))
+    except (OSError, RmqdumpError):
         raw = bytearray()
     for magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
         if len(raw) != size or size < 8:
