@@ -120,3 +120,16 @@ def test_append_refuses_to_guess_the_cq_file_size(tmp_path):
                                "--cq-file-size", "320", "-q"])
     assert res.exit_code == 0, res.output
     assert (store / "consumequeue" / "TopicNew" / "0" / "00000000000000000000").stat().st_size == 320
+
+
+def test_an_empty_checkpoint_left_by_a_kill_is_read_as_zeros(tmp_path):
+    """kill -9 between creating the checkpoint and writing it leaves 0 bytes (the broker maps it and
+    reads zeros): repair and append go on instead of failing on it (found by the kill -9 campaign)."""
+    store = copy_store("498-multi-topic", tmp_path / "store")
+    (store / "checkpoint").write_bytes(b"")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["repair", str(store), "--apply", "--backup-dir", str(tmp_path / "bk"), "-q"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["append", str(store), "--topic", "TopicNew", "--body", "x", "-q"])
+    assert res.exit_code == 0, res.output
+    assert (store / "checkpoint").stat().st_size == 4096

@@ -592,6 +592,8 @@ class LockedAppender:
             if path.exists() or path.is_symlink():
                 raise
             old = Checkpoint()
+        except FormatError:  # shorter than its fields (a kill while it was first written): the broker reads zeros
+            old = Checkpoint()
         new = Checkpoint(max(old.physic_msg_timestamp, w.max_store_timestamp),
                          max(old.logics_msg_timestamp, w.max_cq_timestamp),
                          max(old.index_msg_timestamp, w.index_msg_timestamp),

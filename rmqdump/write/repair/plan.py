@@ -326,6 +326,8 @@ def _checkpoint_change(root: Path, cl, end: int, plan: RepairPlan, full_index_ts
         old = read_checkpoint(path)
     except StoreError:
         return
+    except FormatError:
+        return  # shorter than its fields (a kill between creating and writing it): the broker reads zeros
     last_ts = last_cq_ts = 0
     pred = plan.prediction
     start = pred.start_offset if pred is not None and pred.start_offset is not None else cl.min_offset
