@@ -327,3 +327,23 @@ def test_a_closed_pipe_ends_quietly_with_exit_0(args):
     err = p.stderr.read().decode()
     assert p.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "Broken pipe" not in err
+
+
+@pytest.mark.parametrize(("args", "blocked", "extra"), [
+    (["spark", "stats", "STORE"], "pyspark", "spark"),
+    (["export", "STORE", "--to", "OUT.jsonl"], "pyarrow", "export"),
+])
+def test_missing_extra_is_one_line_naming_it(args, blocked, extra, tmp_path):
+    """A missing optional dependency: one line naming the extra to install, exit 2, no traceback."""
+    import subprocess
+    import sys
+
+    store = str(Path(__file__).resolve().parent.parent / "fixtures" / "store")
+    argv = [a.replace("STORE", store).replace("OUT", str(tmp_path / "o")) for a in args]
+    code = (f"import sys\nsys.modules[{blocked!r}] = None\n"  # `import pyspark` now raises ModuleNotFoundError
+            "from rmqdump.cli import main\nmain(sys.argv[1:])\n")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("rmqdump: error: ") and f"pip install 'rmqdump[{extra}]'" in lines[-1], r.stderr

@@ -313,3 +313,26 @@ def test_standalone_cluster_export(tmp_path):
             _stop(p)
         master_log.close()
         worker_log.close()
+
+
+def test_spark_runs_from_a_venv_used_by_path(tmp_path):
+    """`.venv/bin/rmqdump spark ...` without an activated venv: Spark's Python data source planner
+    starts `python3` from PATH whatever spark.pyspark.python says, so rmqdump pins PYSPARK_PYTHON to
+    its own interpreter. A `python3` on PATH that cannot run anything must not matter."""
+    pytest.importorskip("pyspark")
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no Java runtime for Spark")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python3", "python"):
+        (fake / name).write_text("#!/bin/sh\necho 'not the rmqdump interpreter' >&2\nexit 3\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join((str(fake), str(Path(java).resolve().parent), "/usr/bin", "/bin"))
+    store = Path(__file__).resolve().parent.parent / "fixtures" / "store"
+    r = subprocess.run([sys.executable, "-m", "rmqdump.cli", "spark", "stats", str(store), "-f", "jsonl", "-q"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert sum(row["records"] for row in rows) > 0

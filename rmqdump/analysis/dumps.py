@@ -7,11 +7,10 @@ the commitlog.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, INDEX_ENTRY, INDEX_HASH_SLOT_SIZE, INDEX_SIZE
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, INDEX_ENTRY, INDEX_HASH_SLOT_SIZE, INDEX_SIZE, hash_slots
 from rmqdump.errors import NotFoundError, RmqdumpError
 from rmqdump.store.geometry import StoreGeometry, _Reader, check_index_file
 
@@ -241,7 +240,7 @@ def _analyse_python(r: _Reader, geo, slots: bytes, n: int, count: int) -> dict:
     from array import array
 
     S = geo.hash_slot_num
-    table = struct.unpack(f">{S}i", slots)
+    table = hash_slots(S).unpack(slots)
     last = array("q", bytes(8 * S))
     per_slot = array("q", bytes(8 * S))
     bad_prev = time_back = bad_hash = 0

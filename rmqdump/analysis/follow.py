@@ -20,20 +20,19 @@ follower therefore must not mistake space that is *not yet written* for damage:
 from __future__ import annotations
 
 import os
-import struct
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmqdump.codec.layout import BLANK_MAGIC_CODE, MAX_RECORD_SIZE, MIN_RECORD_SIZE_V1_IPV4
+from rmqdump.codec.layout import BLANK_MAGIC_CODE, MAX_RECORD_SIZE, MIN_RECORD_SIZE_V1_IPV4, TOTALSIZE_MAGIC
 from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message, decode_record
+from rmqdump.disk.fileio import open_regular
 from rmqdump.disk.segment import offset_to_file_name, parse_file_name
 from rmqdump.errors import StoreError
 from rmqdump.store.commitlog import CommitLog
 
-_HEAD = struct.Struct(">iI")
 WINDOW = 1 << 20
 DEFAULT_POLL_INTERVAL = 0.2
 DEFAULT_PARTIAL_TIMEOUT = 5.0
@@ -68,10 +67,7 @@ _ROLLED = object()
 
 
 def _open_ro(path: Path) -> int:
-    try:
-        return os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise StoreError(f"cannot open: {e.strerror}", path) from None
+    return open_regular(path)  # read-only, never blocks on a FIFO, regular files only
 
 
 class Follower:
@@ -268,7 +264,7 @@ class Follower:
             if not any(head):
                 return self._unwritten(pos, size)
         else:
-            total, magic = _HEAD.unpack_from(head)
+            total, magic = TOTALSIZE_MAGIC.unpack_from(head)
             if total == 0 and magic == 0:
                 return self._unwritten(pos, size)
             if magic == BLANK_MAGIC_CODE and total == to_end:
@@ -328,9 +324,9 @@ class Follower:
             return _Wait()
         fd = None
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            head = os.pread(fd, 8, 0)
-        except OSError:
+            fd = open_regular(path)
+            head = os.pread(fd, TOTALSIZE_MAGIC.size, 0)
+        except (OSError, StoreError):
             return _Wait()
         finally:
             if fd is not None:

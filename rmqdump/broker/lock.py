@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from rmqdump.codec.layout import STORE_LOCK_FILE
+from rmqdump.disk.durable import open_write
+from rmqdump.disk.fileio import open_read
 from rmqdump.errors import LockError, StoreError
 
 #: How long :class:`StoreLock` keeps retrying when the holder vanishes mid-check.
@@ -58,10 +60,14 @@ def lock_path(store_root: str | os.PathLike) -> Path:
     return Path(store_root) / STORE_LOCK_FILE
 
 
-def _open_lock(path: Path, flags: int) -> int | None:
-    """Open the lock file without following a symlink; None if it does not exist."""
+def _open_lock(path: Path, *, write: bool = False, create: bool = False) -> int | None:
+    """Open the lock file (read-only, or read-write with ``write``) without following a symlink and
+    without blocking; None if it does not exist."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o644)
+        if write:
+            fd = open_write(path, read=True, create=create, nonblock=True)
+        else:
+            fd = open_read(path, follow=False)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -109,7 +115,7 @@ def probe_lock(store_root: str | os.PathLike) -> int | None:
     path = lock_path(store_root)
     if _held_fd(path) is not None:
         return os.getpid()
-    fd = _open_lock(path, os.O_RDONLY)
+    fd = _open_lock(path)
     if fd is None:
         return None
     try:
@@ -138,8 +144,7 @@ class StoreLock:
             raise LockError("StoreLock already acquired", self.path, pid=os.getpid())
         if _held_fd(self.path) is not None:
             raise LockError("this process already holds the store lock", self.path, pid=os.getpid())
-        flags = os.O_RDWR | (os.O_CREAT if self.create else 0)
-        fd = _open_lock(self.path, flags)
+        fd = _open_lock(self.path, write=True, create=self.create)
         if fd is None:
             raise LockError("lock file does not exist", self.path)
         try:

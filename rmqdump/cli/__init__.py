@@ -29,6 +29,23 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: optional dependency (top-level module) -> the extra that installs it
+EXTRAS = {"pyspark": "spark", "pyarrow": "export", "numba": "fast", "numpy": "fast", "llvmlite": "fast",
+          "lz4": "codecs", "zstandard": "codecs"}
+
+
+def missing_extra_message(e: ImportError, command: str | None) -> str | None:
+    """One line naming the extra to install when ``e`` is a missing optional dependency, else None."""
+    top = (e.name or "").split(".")[0]
+    extra = EXTRAS.get(top)
+    if extra is None:
+        return None
+    if command == "spark" and top == "pyarrow":
+        extra = "spark"
+    what = f"`rmqdump {command}`" if command else "this command"
+    return f"{what} needs {top}, which is not installed: pip install 'rmqdump[{extra}]'"
+
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use."""
 
@@ -52,6 +69,12 @@ class LazyGroup(click.Group):
             # would exit 1, which `set -o pipefail` reads as "damage found")
             _silence_stdout()
             ctx.exit(0)
+        except ImportError as e:
+            msg = missing_extra_message(e, ctx.invoked_subcommand)
+            if msg is None or (ctx.obj or {}).get("traceback"):
+                raise
+            click.echo(f"rmqdump: error: {msg}", err=True)
+            ctx.exit(2)
         except (RmqdumpError, OSError) as e:
             if (ctx.obj or {}).get("traceback"):
                 raise
@@ -106,8 +129,10 @@ def _finish_evidence(path: str) -> None:
 
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe."""
+    from rmqdump.disk.durable import open_devnull
+
     try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
+        devnull = open_devnull()
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass

@@ -9,12 +9,13 @@ from rmqdump.broker.systopics import resolve
 from rmqdump.cli.options import (
     access_options,
     body_decoder_options,
+    crc_option,
     output_options,
     resolve_body_decoder,
     store_argument,
 )
 from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms
-from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import Message
 from rmqdump.errors import StoreError
 from rmqdump.rows.bodyfmt import message_to_row
@@ -41,11 +42,11 @@ MSG_COLUMNS = [
                    "the max offset, decoded from the commitlog) instead of the lag table.")
 @click.option("--resolve", "do_resolve", is_flag=True,
               help="With --unconsumed: add the real destination of system-topic records (`resolved` field).")
-@click.option("--no-crc", is_flag=True, help="With --unconsumed: do not check body CRCs.")
+@crc_option()
 @output_options
 @body_decoder_options
 @access_options
-def consumers(store, groups, topics, unconsumed, do_resolve, no_crc, fmt, quiet, body_mode, decompress, no_mmap,
+def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, body_mode, decompress, no_mmap,
               max_message_size):
     """Consumer progress of STORE: for every topic@group in config/consumerOffset.json (fastjson,
     .bak fallback) and every queue of that topic, the committed offset, the ConsumeQueue's min
@@ -84,9 +85,9 @@ def consumers(store, groups, topics, unconsumed, do_resolve, no_crc, fmt, quiet,
     w = RecordWriter(fmt, columns, MSG_COLUMNS)
     problems = 0
     try:
-        for u in iter_unconsumed(report, st.root, st.commitlog, read_body=decoder.needs_body, check_crc=not no_crc,
+        for u in iter_unconsumed(report, st.root, st.commitlog, read_body=decoder.needs_body, check_crc=crc != "off",
                                  use_mmap=not no_mmap,
-                                 max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)):
+                                 max_record_size=record_size_limit(max_message_size)):
             if u.problem:
                 problems += 1
                 diag(f"{u.lag.group}: {u.problem}", "red")

@@ -6,32 +6,18 @@ import time
 
 import click
 
-from rmqdump.cli.options import access_options, parse_time, store_argument
-from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.cli.options import (
+    access_options,
+    crc_option,
+    include_body_options,
+    make_filter,
+    record_filter_options,
+    store_argument,
+)
+from rmqdump.codec.layout import record_size_limit
 
 COMPRESSIONS = ("zstd", "snappy", "gzip", "lz4", "none")
-
-
-def record_filter_options(f):
-    """--topic/--queue/--tag/--key/--since/--until, as scan has them."""
-    for d in reversed([
-        click.option("--topic", "-t", multiple=True, help="Only records of this topic (repeatable)."),
-        click.option("--queue", "queue_id", type=int, default=None, help="Only records of this queue id."),
-        click.option("--tag", multiple=True, help="Only records whose TAGS equals this (repeatable)."),
-        click.option("--key", multiple=True, help="Only records with this key in KEYS or as UNIQ_KEY (repeatable)."),
-        click.option("--since", help="Store time lower bound (ISO 8601, UTC by default, or epoch ms)."),
-        click.option("--until", help="Store time upper bound (ISO 8601 or epoch ms)."),
-    ]):
-        f = d(f)
-    return f
-
-
-def make_filter(topic, queue_id, tag, key, since, until):
-    from rmqdump.rows.filters import RecordFilter
-
-    flt = RecordFilter(tuple(topic), queue_id, tuple(tag), tuple(key), parse_time(since, "--since"),
-                       parse_time(until, "--until"))
-    return None if flt.empty else flt
+EXPORT_CRC_MODES = ("check", "flag", "off")
 
 
 def read_options(body: bool, decompress: bool, flt, crc: str, keep_going: bool, no_mmap: bool,
@@ -39,7 +25,7 @@ def read_options(body: bool, decompress: bool, flt, crc: str, keep_going: bool, 
     if decompress and not body:
         raise click.UsageError("--decompress needs --body")
     return {"include_body": body, "decompress": decompress, "flt": flt, "crc": crc, "keep_going": keep_going,
-            "use_mmap": not no_mmap, "max_record_size": max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)}
+            "use_mmap": not no_mmap, "max_record_size": record_size_limit(max_message_size)}
 
 
 def report_segments(reports, quiet: bool) -> int:
@@ -66,11 +52,9 @@ def report_segments(reports, quiet: bool) -> int:
               help="Output format (default: from the --to suffix; parquet for --partition-by).")
 @click.option("--partition-by", default=None, metavar="COLS",
               help="Hive-style directories by broker,topic,queue_id,date,hour (comma-separated), e.g. topic,date.")
-@click.option("--body", is_flag=True, help="Include message bodies (binary in Parquet, base64 in JSONL).")
-@click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies (with --body).")
-@record_filter_options
-@click.option("--crc", type=click.Choice(("check", "flag", "off")), default="check", show_default=True,
-              help="check: a body-CRC mismatch ends the segment like scan; flag: keep going and set crc_ok; off.")
+@include_body_options
+@record_filter_options()
+@crc_option(EXPORT_CRC_MODES)
 @click.option("--keep-going", is_flag=True, help="Resynchronise past damaged regions inside a segment.")
 @click.option("--compression", type=click.Choice(COMPRESSIONS), default="zstd", show_default=True,
               help="Parquet compression codec.")
@@ -87,12 +71,9 @@ def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag,
     directory names for --partition-by. Exit 1 if a segment stopped at damage.
     For many stores at once use `rmqdump spark export`.
     """
-    try:
-        from rmqdump.rows.export import export as run_export
-        from rmqdump.rows.export import infer_format, parse_partition_by
-    except ImportError as e:
-        raise click.ClickException(f"export needs pyarrow ({e}): pip install pyarrow") from None
     from rmqdump.cli.output import diag, progress_bar
+    from rmqdump.rows.export import export as run_export  # no pyarrow: one line naming the extra (cli.EXTRAS)
+    from rmqdump.rows.export import infer_format, parse_partition_by
 
     cols = parse_partition_by(partition_by)
     if not cols:

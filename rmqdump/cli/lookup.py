@@ -7,11 +7,13 @@ import click
 from rmqdump.cli.geometry import geometry_options, resolve
 from rmqdump.cli.options import (
     access_options,
-    body_options,
+    body_decoder_options,
+    limit_option,
     output_options,
-    parse_time,
-    resolve_body_mode,
+    parse_window,
+    resolve_body_decoder,
     store_argument,
+    time_window_options,
 )
 
 #: unreadable index targets listed one per line before the rest are counted
@@ -29,18 +31,16 @@ MAX_LISTED = 10
               help="A commitlog offset (where a record starts).")
 @click.option("--topic", "-t", default=None,
               help="Topic of --key/--uniq-key (without it every topic the store names is searched).")
-@click.option("--begin", default=None, help="Store time lower bound (ISO 8601, UTC by default, or epoch ms).")
-@click.option("--end", default=None, help="Store time upper bound (ISO 8601 or epoch ms).")
-@click.option("--max", "max_num", type=click.IntRange(1), default=None, metavar="N",
-              help="Print at most N records (newest first); says so on stderr when more exist.")
+@time_window_options
+@limit_option("Print at most N records (newest first); says so on stderr when more exist.")
 @click.option("--scan", "force_scan", is_flag=True, help="Walk the whole commitlog instead of using the index.")
 @click.option("--show-collisions", is_flag=True,
               help="List the records that share the key's hash but not its topic/key (stderr).")
 @output_options
-@body_options
+@body_decoder_options
 @access_options
 @geometry_options
-def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num, force_scan, show_collisions, fmt,
+def lookup(store, key, uniq_key, msg_id, queue, phys, topic, since, until, limit, force_scan, show_collisions, fmt,
            quiet, body_mode, decompress, no_mmap, max_message_size, index_slots, index_entries, broker_config):
     """Find messages in STORE and print them in the scan JSONL schema, newest first.
 
@@ -60,16 +60,14 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num
                                + (f" (got {', '.join(chosen)})" if chosen else ""))
     keyed = chosen[0] in ("--key", "--uniq-key")
     if not keyed:
-        for name, v in (("--topic", topic), ("--begin", begin), ("--end", end), ("--max", max_num)):
+        for name, v in (("--topic", topic), ("--since", since), ("--until", until), ("--limit", limit)):
             if v is not None:
                 raise click.UsageError(f"{name} only applies to --key and --uniq-key")
         if force_scan or show_collisions:
             raise click.UsageError("--scan and --show-collisions only apply to --key and --uniq-key")
-    lo, hi = parse_time(begin, "--begin"), parse_time(end, "--end")
-    if lo is not None and hi is not None and lo > hi:
-        raise click.BadParameter("--begin is after --end", param_hint="--begin")
+    lo, hi = parse_window(since, until)
     fmt = default_format(fmt)
-    body_mode = resolve_body_mode(body_mode, fmt)
+    decoder = resolve_body_decoder(body_mode, fmt)
 
     from rmqdump.analysis import lookup as lib
     from rmqdump.store.root import Store
@@ -79,15 +77,15 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, begin, end, max_num
                   ("commitlog", "index") if keyed else ("commitlog",))
     use_mmap = not no_mmap
     if keyed:
-        res = _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_mmap, quiet)
+        res = _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, limit, force_scan, use_mmap, quiet)
     elif msg_id is not None:
         res = lib.lookup_msg_id(st, msg_id, use_mmap=use_mmap, geometry=geo)
     elif queue is not None:
         res = lib.lookup_queue(st, queue[0], queue[1], queue[2], use_mmap=use_mmap, geometry=geo)
     else:
         res = lib.lookup_offset(st, phys, use_mmap=use_mmap, geometry=geo)
-    _print_records(res, fmt, body_mode, decompress, geo)
-    _report(res, keyed, max_num, show_collisions, quiet)
+    _print_records(res, fmt, decoder, decompress, geo)
+    _report(res, keyed, limit, show_collisions, quiet)
     if not res.hits:
         raise SystemExit(1)
 
@@ -105,9 +103,10 @@ def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_
         return lib.lookup_key(st, topic, key, **kwargs)
 
 
-def _print_records(res, fmt: str, body_mode: str, decompress: bool, geo) -> None:
+def _print_records(res, fmt: str, decoder, decompress: bool, geo) -> None:
     from rmqdump.cli.output import RecordWriter, iso_ms
-    from rmqdump.rows.schema import FIELDS, message_to_dict
+    from rmqdump.rows.bodyfmt import message_to_row
+    from rmqdump.rows.schema import FIELDS
 
     columns = ()
     if fmt == "table":
@@ -115,7 +114,7 @@ def _print_records(res, fmt: str, body_mode: str, decompress: bool, geo) -> None
     writer = RecordWriter(fmt, FIELDS, columns)
     try:
         for rec in res.hits:
-            row = message_to_dict(rec, body_mode, decompress, geo.delay_levels_ms)
+            row = message_to_row(rec, decoder, decompress, fmt in ("table", "csv"), geo.delay_levels_ms)
             if fmt == "table":
                 row["store_time"] = iso_ms(rec.store_timestamp)
             writer.write(row)
@@ -136,7 +135,7 @@ def _report(res, keyed: bool, max_num: int | None, show_collisions: bool, quiet:
         diag(f"rmqdump: warning: {len(res.unreadable) - MAX_LISTED} more index entries point at no valid record",
              "yellow")
     if res.truncated:
-        diag(f"rmqdump: truncated: more than {max_num} records match; raise --max to see them", "bold yellow")
+        diag(f"rmqdump: truncated: more than {max_num} records match; raise --limit to see them", "bold yellow")
     if not keyed:
         return
     if show_collisions:

@@ -1,7 +1,22 @@
-"""Shared click option decorators, so every command has the same switches."""
+"""Shared click option decorators: one contract per idea, so every command has the same switches.
+
+| idea | option | commands |
+|---|---|---|
+| output | ``--format/-f``, ``--quiet/-q`` | every report |
+| how bodies print | ``--body SPEC`` + ``--decompress`` (:data:`body_decoder_options`) | scan, lookup, pending, consumers |
+| bodies in an export | ``--body`` flag + ``--decompress`` (:data:`include_body_options`) | export, spark export |
+| body CRC | ``--crc check|flag|off``; ``--no-crc`` = ``--crc off`` (:func:`crc_option`) | scan, stats, pending, consumers, export, spark export |
+| store-time window | ``--since/--until``; ``--begin/--end`` aliases (:data:`time_window_options`) | scan, export, lookup, spark |
+| how many records | ``--limit/-n``; ``--max`` alias (:func:`limit_option`) | scan, lookup, spark lookup |
+| record filters | ``--topic --queue --tag --key`` + the time window (:func:`record_filter_options`) | scan, export, spark export |
+| reading | ``--no-mmap``, ``--max-message-size`` (:data:`access_options`; :func:`rmqdump.codec.layout.record_size_limit`) | every reader |
+
+``append --body TEXT`` is a different idea (the body to write), not a rendering.
+"""
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -74,6 +89,84 @@ def resolve_body_decoder(spec: str | None, fmt: str) -> BodyDecoder:
 now_option = click.option("--now", "now", default=None, metavar="TIME",
                           help="Reference time for due/overdue (ISO 8601 or epoch ms; default: the clock). "
                                "Pin it for reproducible output.")
+
+#: ``--body`` for exports: whether the body column is written at all (binary in Parquet, base64 in JSONL)
+include_body_options = compose(
+    click.option("--body", is_flag=True, help="Include message bodies (binary in Parquet, base64 in JSONL)."),
+    click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies (with --body)."),
+)
+
+#: the store-time window; ``--begin``/``--end`` are the older spellings of lookup
+time_window_options = compose(
+    click.option("--since", "--begin", "since", default=None, metavar="TIME",
+                 help="Store time lower bound (ISO 8601, UTC by default, or epoch ms)."),
+    click.option("--until", "--end", "until", default=None, metavar="TIME",
+                 help="Store time upper bound (ISO 8601 or epoch ms)."),
+)
+
+
+def parse_window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """The parsed ``--since``/``--until`` pair (epoch ms), refusing a window that ends before it starts."""
+    lo, hi = parse_time(since, "--since"), parse_time(until, "--until")
+    if lo is not None and hi is not None and lo > hi:
+        raise click.BadParameter("--since is after --until", param_hint="--since")
+    return lo, hi
+
+
+def limit_option(help: str):
+    """``--limit/-n N`` (``--max`` is the older spelling of lookup): print at most N records."""
+    return click.option("--limit", "-n", "--max", "limit", type=click.IntRange(0), default=None, metavar="N",
+                        help=help)
+
+
+def record_filter_options(topic_help: str = "Only records of this topic (repeatable)."):
+    """``--topic/--queue/--tag/--key`` and the time window: the criteria of :class:`rmqdump.rows.filters.RecordFilter`."""
+    return compose(
+        click.option("--topic", "-t", multiple=True, help=topic_help),
+        click.option("--queue", "queue_id", type=int, default=None, help="Only records of this queue id."),
+        click.option("--tag", multiple=True, help="Only records whose TAGS equals this (repeatable)."),
+        click.option("--key", multiple=True, help="Only records with this key in KEYS or as UNIQ_KEY (repeatable)."),
+        time_window_options,
+    )
+
+
+def make_filter(topic, queue_id, tag, key, since, until):
+    """The :class:`~rmqdump.rows.filters.RecordFilter` of :func:`record_filter_options` (None when it keeps all)."""
+    from rmqdump.rows.filters import RecordFilter
+
+    lo, hi = parse_window(since, until)
+    flt = RecordFilter(tuple(topic), queue_id, tuple(tag), tuple(key), lo, hi)
+    return None if flt.empty else flt
+
+
+CRC_HELP = {
+    "check": "a body-CRC mismatch is damage (the walk stops there, as the broker's recovery does)",
+    "flag": "keep going and set crc_ok",
+    "off": "do not compute body CRCs (faster; the broker's dispatcher does not check them either)",
+}
+
+
+def crc_option(modes: tuple[str, ...] = ("check", "off")):
+    """``--crc MODE`` (default check) with ``--no-crc`` as the spelling of ``--crc off``; the command
+    receives ``crc`` (one of ``modes``)."""
+    help_text = "; ".join(f"{m}: {CRC_HELP[m]}" for m in modes) + "."
+
+    def decorate(f):
+        @functools.wraps(f)
+        def command(*args, crc: str, no_crc: bool, **kwargs):
+            if no_crc:
+                src = click.get_current_context().get_parameter_source("crc")
+                if src is not None and src.name != "DEFAULT" and crc != "off":
+                    raise click.UsageError(f"--no-crc contradicts --crc {crc}")
+                crc = "off"
+            return f(*args, crc=crc, **kwargs)
+
+        command = click.option("--no-crc", is_flag=True, help="Same as --crc off.")(command)
+        return click.option("--crc", type=click.Choice(modes), default="check", show_default=True,
+                            help=help_text)(command)
+
+    return decorate
+
 
 access_options = compose(
     click.option("--no-mmap", is_flag=True,

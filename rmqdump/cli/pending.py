@@ -7,10 +7,11 @@ from collections import Counter
 
 import click
 
-from rmqdump.broker.systopics import ANOMALY_STATES, OWED_STATES, PENDING_FIELDS, STATES, PendingTracker
+from rmqdump.broker.systopics import ANOMALY_STATES, OWED_STATES, PENDING_FIELDS, STATES
 from rmqdump.cli.options import (
     access_options,
     body_decoder_options,
+    crc_option,
     now_option,
     output_options,
     parse_time,
@@ -18,8 +19,8 @@ from rmqdump.cli.options import (
     store_argument,
 )
 from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, progress_bar
-from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from rmqdump.codec.record import END_OF_DATA, Message
+from rmqdump.codec.layout import record_size_limit
+from rmqdump.codec.record import Message
 from rmqdump.store.commitlog import Skipped
 from rmqdump.store.config import load_delay_offsets
 from rmqdump.store.root import Store
@@ -49,12 +50,12 @@ def _due_text(due: int | None, overdue: bool | None) -> str:
 @click.option("--all", "show_all", is_flag=True,
               help="List every delayed, half, timer and PREPARED record with its state (delivered, resolved, "
                    "superseded, redeliver, lost, ...), not only the pending ones.")
-@click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking.")
+@crc_option()
 @now_option
 @output_options
 @body_decoder_options
 @access_options
-def pending(store, kinds, show_all, no_crc, now, fmt, quiet, body_mode, decompress, no_mmap, max_message_size):
+def pending(store, kinds, show_all, crc, now, fmt, quiet, body_mode, decompress, no_mmap, max_message_size):
     """List what the broker of STORE still owes: delayed messages in SCHEDULE_TOPIC_XXXX not yet
     delivered (checked against config/delayOffset.json per level and against a delivered copy
     with the same UNIQ_KEY in the real topic), transaction half messages without an op record
@@ -75,28 +76,22 @@ def pending(store, kinds, show_all, no_crc, now, fmt, quiet, body_mode, decompre
                 diag(f"using {loaded.path} (the main delayOffset.json is missing or unreadable)", "yellow")
     if delay_offsets is None and not quiet:
         diag("no config/delayOffset.json: delayed messages are judged by delivered copies only", "yellow")
-    tracker = PendingTracker(delay_offsets)
-    max_record_size = max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)
-    walk = cl.walk(check_crc=not no_crc, read_body=True, keep_going=True, use_mmap=not no_mmap,
-                   max_record_size=max_record_size)
-    damage = 0
-    with progress_bar(sum(s.size for s in cl.segments), "pending", not quiet) as update:
-        for n, rec in enumerate(walk):
-            if n & 1023 == 0:
-                update(walk.end_offset - cl.min_offset)
-            if isinstance(rec, Message):
-                tracker.add(rec)
-            elif isinstance(rec, Skipped):
-                damage += 1
-                if not quiet:
-                    diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: {rec.reason.kind}: "
-                         f"{rec.reason.detail}", "yellow")
-    if walk.stop is not None and walk.stop.kind != END_OF_DATA:
-        damage += 1
+    from rmqdump.analysis.pending import walk_pending
+
+    def on_skipped(rec: Skipped) -> None:
         if not quiet:
-            diag(f"walk stopped at damage at offset {walk.stop.offset}: {walk.stop.kind}: {walk.stop.detail}", "red")
+            diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: {rec.reason.kind}: "
+                 f"{rec.reason.detail}", "yellow")
+
+    max_record_size = record_size_limit(max_message_size)
+    with progress_bar(sum(s.size for s in cl.segments), "pending", not quiet) as update:
+        res = walk_pending(cl, delay_offsets, check_crc=crc != "off", use_mmap=not no_mmap,
+                           max_record_size=max_record_size, on_skipped=on_skipped, progress=update)
+    damage = res.damage
+    if res.stop is not None and not quiet:
+        diag(f"walk stopped at damage at offset {res.stop.offset}: {res.stop.kind}: {res.stop.detail}", "red")
     wanted = {k for g in (kinds or KIND_GROUPS) for k in KIND_GROUPS[g]}
-    cands = [c for c in tracker.finish() if c.kind in wanted]
+    cands = [c for c in res.candidates if c.kind in wanted]
     counts = Counter(c.state for c in cands)
     table_columns = TABLE_COLUMNS + ([("body", "BODY", 24)] if decoder.needs_body else [])
     writer = RecordWriter(fmt, FIELDS, table_columns)
@@ -124,7 +119,7 @@ def pending(store, kinds, show_all, no_crc, now, fmt, quiet, body_mode, decompre
         writer.close()
     if not quiet:
         summary = ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) or "no delayed, half or timer messages"
-        diag(f"{summary} (of {len(cands)} tracked system records; {tracker.records} records walked; "
+        diag(f"{summary} (of {len(cands)} tracked system records; {res.records} records walked; "
              f"reference time {iso_ms(now_ms)})")
     if damage or counts["lost"]:
         if not quiet and any(counts[s] for s in ANOMALY_STATES):

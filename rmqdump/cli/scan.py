@@ -8,10 +8,19 @@ import sys
 import click
 
 from rmqdump.broker.systopics import resolve
-from rmqdump.cli.options import access_options, body_decoder_options, output_options, parse_time, resolve_body_decoder
+from rmqdump.cli.options import (
+    access_options,
+    body_decoder_options,
+    crc_option,
+    limit_option,
+    output_options,
+    parse_window,
+    record_filter_options,
+    resolve_body_decoder,
+)
 from rmqdump.cli.output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar
-from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
-from rmqdump.codec.record import END_OF_DATA, Blank, Message
+from rmqdump.codec.layout import record_size_limit
+from rmqdump.codec.record import END_OF_DATA, Message
 from rmqdump.errors import FormatError
 from rmqdump.rows.bodyfmt import BodyDecoder, message_to_row
 from rmqdump.rows.filters import RecordFilter
@@ -67,20 +76,15 @@ class _ResolvedFilter:
 
 @click.command()
 @click.argument("path", type=click.Path(exists=True, path_type=str), metavar="PATH")
-@click.option("--topic", "-t", multiple=True, help="Only records of this topic (repeatable; with --resolve also "
-                                                    "records whose real destination is this topic).")
-@click.option("--queue", "queue_id", type=int, default=None, help="Only records of this queue id.")
-@click.option("--tag", multiple=True, help="Only records whose TAGS equals this (repeatable).")
-@click.option("--key", multiple=True, help="Only records with this key in KEYS or as UNIQ_KEY (repeatable).")
-@click.option("--since", help="Store time lower bound (ISO 8601, UTC by default, or epoch ms).")
-@click.option("--until", help="Store time upper bound (ISO 8601 or epoch ms).")
+@record_filter_options("Only records of this topic (repeatable; with --resolve also records whose real "
+                       "destination is this topic).")
 @click.option("--from-offset", type=click.IntRange(0), default=None, help="Start at this commitlog offset.")
 @click.option("--to-offset", type=click.IntRange(0), default=None, help="Stop before this commitlog offset.")
-@click.option("--limit", "-n", type=click.IntRange(0), default=None, help="Stop after printing N records.")
+@limit_option("Stop after printing N records.")
 @click.option("--max-bytes", type=click.IntRange(0), default=None, help="Stop after walking N commitlog bytes.")
 @click.option("--keep-going", is_flag=True,
               help="Resynchronise past damaged regions (report the skipped byte ranges) instead of stopping.")
-@click.option("--no-crc", is_flag=True, help="Do not check body CRCs (the broker's dispatcher does not).")
+@crc_option()
 @click.option("--resolve", "do_resolve", is_flag=True,
               help="Resolve system topics: show the real destination of delayed (SCHEDULE_TOPIC_XXXX), "
                    "transaction half/op, timer, retry and DLQ records (adds a `resolved` field).")
@@ -99,7 +103,7 @@ class _ResolvedFilter:
 @output_options
 @body_decoder_options
 @access_options
-def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, limit, max_bytes, keep_going, no_crc,
+def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, limit, max_bytes, keep_going, crc,
          do_resolve, follow, from_end, until_idle, poll_interval, partial_timeout, fmt, quiet, body_mode, decompress,
          no_mmap, max_message_size):
     """Walk the commitlog of PATH (a store, its commitlog/ directory or one segment file) and
@@ -110,8 +114,8 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     decoder = resolve_body_decoder(body_mode, fmt)
     rfilter = _ResolvedFilter(tuple(topic), queue_id) if do_resolve and (topic or queue_id is not None) else None
     flt = RecordFilter(() if rfilter else tuple(topic), None if rfilter else queue_id, tuple(tag), tuple(key),
-                       parse_time(since, "--since"), parse_time(until, "--until"))
-    max_record_size = max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)
+                       *parse_window(since, until))
+    max_record_size = record_size_limit(max_message_size)
     columns = list(FIELDS) + (["resolved"] if do_resolve else [])
     table_columns = TABLE_COLUMNS + ([RESOLVED_COLUMN] if do_resolve else [])
     writer = RecordWriter(fmt, columns, table_columns)
@@ -136,7 +140,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     if follow:
         if keep_going:
             raise click.UsageError("--keep-going cannot be combined with --follow (a live frontier is not damage)")
-        if no_crc:
+        if crc == "off":
             raise click.UsageError("--no-crc cannot be combined with --follow (the body CRC is what tells a "
                                    "half-written record from a complete one)")
         return _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout,
@@ -144,56 +148,39 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     if from_end or until_idle is not None:
         raise click.UsageError("--from-end and --until-idle need --follow")
 
-    store = Store.open(path)
-    cl = store.commitlog
-    end = to_offset
-    start = from_offset if from_offset is not None else cl.min_offset
-    if max_bytes is not None:
-        end = min(end, start + max_bytes) if end is not None else start + max_bytes
-    total = sum(s.size for s in cl.segments if s.end > start)
-    skipped = 0
-    limited = False
-    fast = None
-    if fmt == "jsonl" and not (keep_going or no_mmap or do_resolve or flt.tags or flt.keys or limit == 0):
-        fast = _fast_renderer(cl, start, end, decoder, decompress, quiet)
-    if fast is not None:
-        from rmqdump.fast.walk import FastWalk
+    from rmqdump.analysis.scan import fast_jsonl_applies, scan_fast, scan_pure, scan_range
 
-        walk = FastWalk(cl, start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
-                        max_record_size=max_record_size)
-        try:
-            with progress_bar(total, "scanning", not quiet) as update:
-                limited = _scan_fast(walk, fast, flt, limit, lambda: update(max(0, walk.end_offset - start)))
-        finally:
-            fast.close()
-            writer.count = fast.count
-            sys.stdout.buffer.flush()
-            _report_decoder(decoder, quiet)
-    else:
-        walk = cl.walk(start=start, end=end, check_crc=not no_crc, read_body=decoder.needs_body,
-                       keep_going=keep_going, use_mmap=not no_mmap, max_record_size=max_record_size)
-        try:
-            with progress_bar(total, "scanning", not quiet) as update:
-                for n, rec in enumerate(walk):
-                    if n & 1023 == 0:
-                        update(max(0, walk.end_offset - start))
-                    if isinstance(rec, Message):
-                        if emit(rec):
-                            limited = True
-                            break
-                    elif isinstance(rec, Skipped):
-                        skipped += 1
-                        if not quiet:
-                            diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: "
-                                 f"{rec.reason.kind}: {rec.reason.detail}", "yellow")
-                    elif isinstance(rec, Blank):
-                        continue
-                    if limit == 0:
-                        limited = True
-                        break
-        finally:
-            writer.close()
-            _report_decoder(decoder, quiet)
+    cl = Store.open(path).commitlog
+    rng = scan_range(cl, from_offset, to_offset, max_bytes)
+    check_crc, use_mmap = crc != "off", not no_mmap
+    fast = None
+    if fast_jsonl_applies(cl, rng, fmt=fmt, keep_going=keep_going, use_mmap=use_mmap,
+                          per_record=do_resolve or bool(flt.tags or flt.keys), limit=limit):
+        fast = _fast_renderer(decoder, decompress, quiet)
+    with progress_bar(rng.total, "scanning", not quiet) as update:
+        if fast is not None:
+            try:
+                res = scan_fast(cl, rng, fast, flt, check_crc=check_crc, read_body=decoder.needs_body,
+                                max_record_size=max_record_size, limit=limit, progress=update)
+            finally:
+                fast.close()
+                writer.count = fast.count
+                sys.stdout.buffer.flush()
+                _report_decoder(decoder, quiet)
+        else:
+            def on_skipped(rec: Skipped) -> None:
+                if not quiet:
+                    diag(f"skipped damaged bytes [{rec.start}, {rec.end}) in {rec.file}: "
+                         f"{rec.reason.kind}: {rec.reason.detail}", "yellow")
+
+            try:
+                res = scan_pure(cl, rng, emit, check_crc=check_crc, read_body=decoder.needs_body,
+                                keep_going=keep_going, use_mmap=use_mmap, max_record_size=max_record_size,
+                                limit=limit, on_skipped=on_skipped, progress=update)
+            finally:
+                writer.close()
+                _report_decoder(decoder, quiet)
+    walk, limited, skipped, start = res.walk, res.limited, res.skipped, rng.start
     stop = walk.stop
     if limited or stop is None:
         if not quiet:
@@ -216,21 +203,14 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     raise SystemExit(1)
 
 
-def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decompress: bool, quiet: bool):
-    """A :class:`rmqdump.fast.render.JsonlRenderer` on stdout when the compiled path applies to this
-    walk (big enough, body mode it renders, UTF-8 stdout), else None."""
-    from rmqdump.fast import walk as fastwalk
-
-    segs = [s for s in cl.segments if s.end > start]
-    if not segs:
-        return None
-    stop = segs[-1].end if end is None else min(end, segs[-1].end)
-    if not fastwalk.use_fast(max(0, stop - start)):
-        return None
+def _fast_renderer(decoder: BodyDecoder, decompress: bool, quiet: bool):
+    """A :class:`rmqdump.fast.render.JsonlRenderer` on stdout when it can render this body mode to this
+    stdout (UTF-8), else None."""
     enc = getattr(sys.stdout, "encoding", None)
     if not hasattr(sys.stdout, "buffer") or not enc or codecs.lookup(enc).name != "utf-8":
         return None
     from rmqdump.fast import render as fastrender
+    from rmqdump.fast import walk as fastwalk
 
     mode = fastrender.jsonl_mode(decoder)
     if mode is None:
@@ -246,21 +226,6 @@ def _fast_renderer(cl, start: int, end: int | None, decoder: BodyDecoder, decomp
     sys.stdout.flush()
     return fastrender.JsonlRenderer(sys.stdout.buffer.write, render, mode, decompress,
                                     jobs=min(fastwalk.default_jobs(), 4))
-
-
-def _scan_fast(walk, renderer, flt: RecordFilter, limit: int | None, progress) -> bool:
-    """Render the fast walk's batches; True when ``limit`` lines were printed."""
-    from rmqdump.fast.walk import RecordBatch
-
-    for item in walk.batches():
-        if not isinstance(item, RecordBatch):
-            continue
-        select = None if flt.empty else flt.batch_mask(item)
-        renderer.write_batch(item, select, None if limit is None else limit - renderer.count)
-        progress()
-        if limit is not None and renderer.count >= limit:
-            return True
-    return False
 
 
 def _report_decoder(decoder: BodyDecoder, quiet: bool) -> None:

@@ -9,8 +9,23 @@ from contextlib import contextmanager
 
 import click
 
-from rmqdump.cli.export import make_filter, read_options, record_filter_options, report_segments
-from rmqdump.cli.options import access_options, compose, output_options, parse_time, verify_options
+from rmqdump.cli.export import EXPORT_CRC_MODES, read_options, report_segments
+from rmqdump.cli.options import (
+    access_options,
+    body_decoder_options,
+    compose,
+    crc_option,
+    include_body_options,
+    limit_option,
+    make_filter,
+    output_options,
+    parse_window,
+    record_filter_options,
+    resolve_body_decoder,
+    time_window_options,
+    verify_options,
+)
+from rmqdump.codec.layout import record_size_limit
 
 stores_argument = click.argument("stores", nargs=-1, required=True, type=click.Path(exists=True, path_type=str),
                                  metavar="STORE...")
@@ -37,11 +52,9 @@ def _session(master, conf, quiet: bool):
     from rmqdump.cli.output import diag
 
     t0 = time.perf_counter()
-    try:
-        from rmqdump.spark.session import build_session
-    except ImportError as e:
-        raise click.ClickException(f"pyspark is not installed ({e}); pip install 'rmqdump[spark]'") from None
     import logging
+
+    from rmqdump.spark.session import build_session  # no pyspark: one line naming the extra (cli.EXTRAS)
 
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)  # errors are reported by rmqdump
     spark = build_session(master, conf=_parse_conf(conf))
@@ -84,13 +97,11 @@ def spark() -> None:
               help="Output directory (new or empty); executors must be able to write it.")
 @click.option("--partition-by", default=None, metavar="COLS",
               help="Hive-style directories by broker,topic,queue_id,date,hour (comma-separated).")
-@click.option("--body", is_flag=True, help="Include message bodies.")
-@click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies (with --body).")
+@include_body_options
 @click.option("--format", "file_format", type=click.Choice(("parquet", "jsonl")), default="parquet",
               show_default=True, help="Output file format.")
-@record_filter_options
-@click.option("--crc", type=click.Choice(("check", "flag", "off")), default="check", show_default=True,
-              help="check: a body-CRC mismatch ends the segment like scan; flag: keep going and set crc_ok; off.")
+@record_filter_options()
+@crc_option(EXPORT_CRC_MODES)
 @click.option("--keep-going", is_flag=True, help="Resynchronise past damaged regions inside a segment.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (rows, files, seconds, rates) on stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress and no summary on stderr.")
@@ -155,7 +166,7 @@ def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_
     from rmqdump.spark import jobs
 
     options = {"topic": ",".join(topic) if topic else None, "useMmap": not no_mmap,
-               "maxRecordSize": max_message_size + 64 * 1024}
+               "maxRecordSize": record_size_limit(max_message_size)}
     with _task_progress("counting", not quiet) as progress:
         rows = jobs.stats(session, list(stores), by=keys, progress=progress, **options)
     writer = RecordWriter(fmt, (*keys, *STATS_COLUMNS))
@@ -174,36 +185,32 @@ LOOKUP_EXTRA = ("broker", "store", "crc_ok")
 @stores_argument
 @click.option("--key", "-k", required=True, help="A KEYS element or UNIQ_KEY.")
 @click.option("--topic", "-t", default=None, help="Topic of the key (without it every topic each store names).")
-@click.option("--begin", default=None, help="Store time lower bound (ISO 8601, UTC by default, or epoch ms).")
-@click.option("--end", default=None, help="Store time upper bound (ISO 8601 or epoch ms).")
-@click.option("--max", "max_num", type=click.IntRange(1), default=None, metavar="N", help="At most N hits per store.")
+@time_window_options
+@limit_option("At most N hits per store.")
 @click.option("--scan", "force_scan", is_flag=True, help="Walk every commitlog instead of using the indexes.")
 @output_options
-@click.option("--body", "body_mode", type=click.Choice(("none", "text", "hex", "base64")), default=None,
-              help="How to print bodies (default: base64 in jsonl/json/csv, none in table).")
-@click.option("--decompress", is_flag=True, help="Decompress zlib/lz4/zstd bodies before printing.")
+@body_decoder_options
 @spark_options
 @access_options
-def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, body_mode, decompress, master, conf,
+def lookup_cmd(stores, key, topic, since, until, limit, force_scan, fmt, quiet, body_mode, decompress, master, conf,
                no_mmap, max_message_size):
     """Find messages by key across every STORE at once (one task per store), like `rmqdump lookup --key`.
 
     Prints the scan JSONL schema plus broker, store and crc_ok; each store's hits newest
     first. Exit 0 found, 1 nothing found.
     """
-    from rmqdump.cli.options import resolve_body_mode
     from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms
-    from rmqdump.rows.schema import FIELDS, render_body
+    from rmqdump.rows.schema import FIELDS
 
     fmt = default_format(fmt)
-    body_mode = resolve_body_mode(body_mode, fmt)
-    lo, hi = parse_time(begin, "--begin"), parse_time(end, "--end")
+    decoder = resolve_body_decoder(body_mode, fmt)
+    lo, hi = parse_window(since, until)
     session = _session(master, conf, quiet)
     from rmqdump.spark import jobs
 
     with _task_progress("looking up", not quiet) as progress:
-        rep = jobs.lookup(session, list(stores), key, topic=topic, begin=lo, end=hi, max_num=max_num,
-                          force_scan=force_scan, include_body=body_mode != "none", decompress=decompress,
+        rep = jobs.lookup(session, list(stores), key, topic=topic, begin=lo, end=hi, max_num=limit,
+                          force_scan=force_scan, include_body=decoder.needs_body, decompress=decompress,
                           use_mmap=not no_mmap, progress=progress)
     table = [("broker", "BROKER", 14), ("offset", "OFFSET", 12), ("topic", "TOPIC", 24), ("queue_id", "Q", 3),
              ("queue_offset", "QOFF", 6), ("store_time", "STORE TIME (UTC)", 29), ("keys", "KEYS", 24),
@@ -213,7 +220,8 @@ def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, 
         for row in rep.rows:
             out = {k: row[k] for k in (*FIELDS, *LOOKUP_EXTRA)}
             out["properties"] = dict(row["properties"] or [])
-            out["body"] = render_body(row["body"], body_mode)
+            body = row["body"]
+            out["body"] = decoder.text(body) if fmt in ("table", "csv") else decoder.decode(body)
             if fmt == "table":
                 out["store_time"] = iso_ms(row["store_timestamp"])
             writer.write(out)
@@ -223,7 +231,7 @@ def lookup_cmd(stores, key, topic, begin, end, max_num, force_scan, fmt, quiet, 
         for s in rep.stores:
             diag(f"{s['broker']}: {s['hits']} hit(s) via {s['source']}"
                  + (f", {s['collisions']} hash collision(s)" if s["collisions"] else "")
-                 + (" (more exist: --max)" if s["truncated"] else ""))
+                 + (" (more exist: --limit)" if s["truncated"] else ""))
             for line in s["reasons"] + s["warnings"]:
                 diag(f"{s['broker']}: {line}", "yellow")
     if not rep.rows:
@@ -248,7 +256,6 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
     """
     from rmqdump.cli.output import default_format, diag, emit_document, stdout_console
     from rmqdump.cli.verify import render_report
-    from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
 
     fmt = default_format(fmt)
     if fmt == "csv":
@@ -258,7 +265,7 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
 
     with _task_progress("verifying", not quiet) as progress:
         verdicts = jobs.verify(session, list(stores), keep_going=keep_going, use_mmap=not no_mmap,
-                               max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
+                               max_record_size=record_size_limit(max_message_size),
                                version=broker_version, store_checks=not commitlog_only, delay_levels_ms=delay_levels,
                                list_limit=list_limit, max_findings_per_kind=max_findings, progress=progress)
     docs = [v.document for v in verdicts]

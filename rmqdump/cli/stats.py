@@ -8,9 +8,9 @@ from rich.table import Table
 from rich.text import Text
 
 from rmqdump.analysis.stats import ROW_FIELDS, compute_stats, has_errors, stats_rows
-from rmqdump.cli.options import access_options, output_options, store_argument
+from rmqdump.cli.options import access_options, crc_option, output_options, store_argument
 from rmqdump.cli.output import RecordWriter, default_format, diag, emit_document, escape_control, iso_ms, progress_bar
-from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.codec.layout import record_size_limit
 from rmqdump.store.root import Store
 
 
@@ -81,10 +81,10 @@ def render(console: Console, doc: dict) -> None:
 
 @click.command()
 @store_argument
-@click.option("--no-crc", is_flag=True, help="Do not check body CRCs while walking (faster; damage shows less).")
+@crc_option()
 @output_options
 @access_options
-def stats(store, no_crc, fmt, quiet, no_mmap, max_message_size):
+def stats(store, crc, fmt, quiet, no_mmap, max_message_size):
     """Statistics of the commitlog of STORE, like pg_waldump --stats: records and bytes per
     topic, queue, tag, producer host and hour (UTC), stored body size histogram, compressed
     share, born-vs-store clock skew, system topics resolved to their real destinations and
@@ -94,8 +94,8 @@ def stats(store, no_crc, fmt, quiet, no_mmap, max_message_size):
     cl = Store.open(store).commitlog
     total = sum(s.size for s in cl.segments)
     with progress_bar(total, "stats", not quiet) as update:
-        doc = compute_stats(store, check_crc=not no_crc, use_mmap=not no_mmap,
-                            max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
+        doc = compute_stats(store, check_crc=crc != "off", use_mmap=not no_mmap,
+                            max_record_size=record_size_limit(max_message_size),
                             progress=update)
     if fmt in ("jsonl", "csv"):
         w = RecordWriter(fmt, ROW_FIELDS)

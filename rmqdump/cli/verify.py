@@ -9,7 +9,7 @@ import click
 from rmqdump.analysis.verify import verify_store
 from rmqdump.cli.options import access_options, output_options, verify_options
 from rmqdump.cli.output import default_format, diag, emit_document, escape_control, progress_bar
-from rmqdump.codec.layout import MAX_MESSAGE_SIZE, MAX_RECORD_SIZE
+from rmqdump.codec.layout import record_size_limit
 from rmqdump.findings import ERROR, INFO, WARNING
 from rmqdump.store.root import Store
 
@@ -48,7 +48,7 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
             store, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
             store_checks=not commitlog_only, delay_levels_ms=delay_levels, list_limit=list_limit,
             max_findings_per_kind=max_findings,
-            max_record_size=max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE),
+            max_record_size=record_size_limit(max_message_size),
             progress=lambda done, _total: update(done),
         )
     emit_document(report.to_dict(), fmt, render_report)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import struct
-
 from rmqdump.codec.crc import body_crc, encode_crc_property_value
 from rmqdump.codec.layout import (
     BLANK_MAGIC_CODE,
+    BODY_LENGTH_BASE,
     BORNHOST_V6_FLAG,
     CRC32_RESERVED_LEN,
+    END_FILE_MIN_BLANK_LENGTH,
+    HOST_V4,
+    HOST_V6,
+    INT16,
+    INT32,
+    INT64,
     MAX_PROPERTIES_LENGTH,
     MESSAGE_FIXED_OVERHEAD,
     MESSAGE_MAGIC_CODE,
@@ -16,30 +21,34 @@ from rmqdump.codec.layout import (
     NAME_VALUE_SEPARATOR,
     PROPERTY_CRC32,
     PROPERTY_SEPARATOR,
+    RECORD_PREFIX,
+    RECORD_TAIL,
     STOREHOSTADDRESS_V6_FLAG,
+    SYSFLAG_POSITION,
     TOPIC_MAX_LENGTH,
+    TOTALSIZE_MAGIC,
+    UINT8,
+    host_lengths,
+    topic_length_size,
 )
 from rmqdump.codec.properties import parse_properties
 from rmqdump.codec.record import Message
 from rmqdump.errors import FormatError
 
-_HEAD = struct.Struct(">iIiiiqqiq")
-_TAIL = struct.Struct(">iqi")
-
 
 def cal_msg_length(sys_flag: int, body_length: int, topic_length: int, properties_length: int,
                    magic: int = MESSAGE_MAGIC_CODE) -> int:
     """``CommitLog.calMsgLength``: TOTALSIZE for the given field lengths."""
-    bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    sh = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    tl = 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+    bh, sh = host_lengths(sys_flag)
+    tl = topic_length_size(magic)
     return MESSAGE_FIXED_OVERHEAD + bh + sh + tl + max(body_length, 0) + topic_length + max(properties_length, 0)
 
 
 def _host(addr: bytes, port: int, v6: bool, what: str) -> bytes:
-    if len(addr) != (16 if v6 else 4):
+    host = HOST_V6 if v6 else HOST_V4
+    if len(addr) != host.size - 4:
         raise FormatError(f"{what} address of {len(addr)} bytes does not match the sysflag IPv6 bit")
-    return addr + struct.pack(">i", port)
+    return host.pack(addr, port)
 
 
 def encode_fields(*, topic: bytes, body: bytes, properties: bytes, queue_id: int = 0, flag: int = 0,
@@ -50,19 +59,19 @@ def encode_fields(*, topic: bytes, body: bytes, properties: bytes, queue_id: int
                   stored_body_crc: int | None = None, body_length: int | None = None) -> bytes:
     """Pack one record from its raw parts (``stored_body_crc`` None = compute it)."""
     blen = len(body) if body_length is None else body_length
-    tl = 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+    tl = topic_length_size(magic)
     total = cal_msg_length(sys_flag, blen, len(topic), len(properties), magic)
     crc = body_crc(body) if stored_body_crc is None else stored_body_crc
     parts = [
-        _HEAD.pack(total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp),
+        RECORD_PREFIX.pack(total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_timestamp),
         _host(born_addr, born_port, bool(sys_flag & BORNHOST_V6_FLAG), "born host"),
-        struct.pack(">q", store_timestamp),
+        INT64.pack(store_timestamp),
         _host(store_addr, store_port, bool(sys_flag & STOREHOSTADDRESS_V6_FLAG), "store host"),
-        _TAIL.pack(reconsume_times, prepared_transaction_offset, blen),
+        RECORD_TAIL.pack(reconsume_times, prepared_transaction_offset, blen),
         body,
-        len(topic).to_bytes(tl, "big", signed=False) if tl == 2 else struct.pack(">B", len(topic) & 0xFF),
+        len(topic).to_bytes(tl, "big", signed=False) if tl == 2 else UINT8.pack(len(topic) & 0xFF),
         topic,
-        struct.pack(">h", len(properties)),
+        INT16.pack(len(properties)),
         properties,
     ]
     return b"".join(parts)
@@ -99,9 +108,9 @@ def is_filler(msg) -> bool:
 
 def encode_blank(bytes_to_end: int) -> bytes:
     """The 8-byte end-of-file blank: int32 distance to the end of the file + BLANK magic."""
-    if bytes_to_end < 8:
+    if bytes_to_end < END_FILE_MIN_BLANK_LENGTH:
         raise FormatError(f"a blank needs at least 8 bytes, {bytes_to_end} left")
-    return struct.pack(">iI", bytes_to_end, BLANK_MAGIC_CODE)
+    return TOTALSIZE_MAGIC.pack(bytes_to_end, BLANK_MAGIC_CODE)
 
 
 def choose_magic(topic: str) -> int:
@@ -132,16 +141,13 @@ def properties_bytes(props: dict[str, str], *, trailing_separator: bool = False)
 
 def with_record_crc(record: bytes) -> bytes:
     """Append the 5.2+ ``__CRC32#`` whole-record CRC property to an encoded record (§3.3)."""
-    total = struct.unpack_from(">i", record)[0]
+    total, magic = TOTALSIZE_MAGIC.unpack_from(record)
     if total != len(record):
         raise FormatError("record length does not match its TOTALSIZE")
-    magic = struct.unpack_from(">I", record, 4)[0]
-    sys_flag = struct.unpack_from(">i", record, 36)[0]
-    bh = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-    sh = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
-    body_len = struct.unpack_from(">i", record, 68 + bh + sh)[0]
-    q = 72 + bh + sh + max(body_len, 0)
-    tl = 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+    bh, sh = host_lengths(INT32.unpack_from(record, SYSFLAG_POSITION)[0])
+    body_len = INT32.unpack_from(record, BODY_LENGTH_BASE + bh + sh)[0]
+    q = BODY_LENGTH_BASE + 4 + bh + sh + max(body_len, 0)
+    tl = topic_length_size(magic)
     topic_len = int.from_bytes(record[q:q + tl], "big")
     q += tl + topic_len
     props = record[q + 2:]
@@ -154,8 +160,8 @@ def with_record_crc(record: bytes) -> bytes:
     new_len = len(props) + CRC32_RESERVED_LEN
     if new_len > MAX_PROPERTIES_LENGTH:
         raise FormatError("properties too long for the CRC property")
-    head = bytearray(record[:q]) + struct.pack(">h", new_len) + props
-    struct.pack_into(">i", head, 0, len(head) + CRC32_RESERVED_LEN)
+    head = bytearray(record[:q]) + INT16.pack(new_len) + props
+    INT32.pack_into(head, 0, len(head) + CRC32_RESERVED_LEN)
     crc = body_crc(head)
     tail = (PROPERTY_CRC32 + NAME_VALUE_SEPARATOR + encode_crc_property_value(crc) + PROPERTY_SEPARATOR).encode()
     return bytes(head) + tail

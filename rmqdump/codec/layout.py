@@ -33,6 +33,17 @@ HOST_V4 = struct.Struct(">4si")  # address + int32 port
 HOST_V6 = struct.Struct(">16si")
 HOST_V4_LENGTH = 8
 HOST_V6_LENGTH = 20
+# after the store host: RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLENGTH (16 bytes)
+RECORD_TAIL = struct.Struct(">iqi")
+# the whole fixed part of the common record (V1 magic, IPv4 born and store hosts), up to BODYLENGTH
+RECORD_FIXED_V4V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")  # 88 bytes
+# offsets past the born host (length bh) and store host (length sh), from the record start
+STORE_TIMESTAMP_BASE = BORN_HOST_POSITION  # + bh
+STORE_HOST_BASE = BORN_HOST_POSITION + 8  # + bh
+RECONSUME_TIMES_BASE = BORN_HOST_POSITION + 8  # + bh + sh
+PREPARED_TRANSACTION_OFFSET_BASE = RECONSUME_TIMES_BASE + 4  # + bh + sh
+BODY_LENGTH_BASE = RECONSUME_TIMES_BASE + 12  # + bh + sh; the body follows its 4-byte length
+UINT8 = struct.Struct(">B")
 INT8 = struct.Struct(">b")
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
@@ -62,6 +73,20 @@ COMPRESSION_TYPE_COMPARATOR = 0x700
 COMPRESSION_LZ4_TYPE = 0x100
 COMPRESSION_ZSTD_TYPE = 0x200
 COMPRESSION_ZLIB_TYPE = 0x300
+SYSFLAG_KNOWN_BITS = 0x7FF  # every bit MessageSysFlag defines (4.9.8 and 5.3.3)
+
+
+def host_lengths(sys_flag: int) -> tuple[int, int]:
+    """The born and store host field lengths (address + port) that ``sys_flag`` selects."""
+    bh = HOST_V6_LENGTH if sys_flag & BORNHOST_V6_FLAG else HOST_V4_LENGTH
+    sh = HOST_V6_LENGTH if sys_flag & STOREHOSTADDRESS_V6_FLAG else HOST_V4_LENGTH
+    return bh, sh
+
+
+def topic_length_size(magic: int) -> int:
+    """Bytes of the topic length field: 1 for the V1 magic, 2 for V2."""
+    return 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+
 
 TRANSACTION_NAMES = {
     TRANSACTION_NOT_TYPE: "none",
@@ -131,6 +156,13 @@ MAX_HASH_SLOT_NUM = 5000000
 MAX_INDEX_NUM = 5000000 * 4
 MAX_MESSAGE_SIZE = 1024 * 1024 * 4
 MAX_RECORD_SIZE = MAX_MESSAGE_SIZE + 64 * 1024  # whole encoded record limit (default config)
+
+
+def record_size_limit(max_message_size: int = MAX_MESSAGE_SIZE) -> int:
+    """The largest whole record a broker with this ``maxMessageSize`` writes (body limit + 64 KiB of headers)."""
+    return max_message_size + (MAX_RECORD_SIZE - MAX_MESSAGE_SIZE)
+
+
 MAX_PROPERTIES_LENGTH = 32767
 FILE_NAME_DIGITS = 20
 
@@ -151,6 +183,12 @@ INDEX_HEADER = struct.Struct(">qqqqii")
 INDEX_HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
 INDEX_ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff, prevIndex
+
+
+def hash_slots(n: int) -> struct.Struct:
+    """``n`` consecutive hash slots (int32 each: the entry number a key's chain starts at)."""
+    return struct.Struct(f">{n}i")
+
 INDEX_INVALID_INDEX = 0
 INDEX_FILE_NAME_FORMAT = "%Y%m%d%H%M%S"  # + 3 digits of milliseconds = 17 digits
 MAX_MSGS_NUM_BATCH = 64
@@ -173,3 +211,5 @@ STORE_CONFIG_DIR = "config"
 # --- §5 message ids ------------------------------------------------------------------------
 OFFSET_MSG_ID_V4_HEX_LENGTH = 32
 OFFSET_MSG_ID_V6_HEX_LENGTH = 56
+MSG_ID_STORE_TAIL = struct.Struct(">iq")  # store port, physical offset (after the store address)
+UNIQ_ID_TAIL = struct.Struct(">HiiH")  # pid, classloader hash, seconds since month start, counter

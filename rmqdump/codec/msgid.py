@@ -5,11 +5,15 @@ from __future__ import annotations
 import calendar
 import functools
 import ipaddress
-import struct
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from rmqdump.codec.layout import OFFSET_MSG_ID_V4_HEX_LENGTH, OFFSET_MSG_ID_V6_HEX_LENGTH
+from rmqdump.codec.layout import (
+    MSG_ID_STORE_TAIL,
+    OFFSET_MSG_ID_V4_HEX_LENGTH,
+    OFFSET_MSG_ID_V6_HEX_LENGTH,
+    UNIQ_ID_TAIL,
+)
 from rmqdump.errors import FormatError
 
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -46,7 +50,7 @@ def parse_host(text: str) -> tuple[bytes, int]:
 
 def create_offset_msg_id(store_addr: bytes, store_port: int, physical_offset: int) -> str:
     """``MessageDecoder.createMessageId``: upper-case hex of addr + int32 port + int64 offset."""
-    return (store_addr + struct.pack(">iq", store_port, physical_offset)).hex().upper()
+    return (store_addr + MSG_ID_STORE_TAIL.pack(store_port, physical_offset)).hex().upper()
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ def decode_offset_msg_id(msg_id: str) -> OffsetMsgId:
         raise FormatError(f"offsetMsgId {msg_id!r} must be 32 or 56 hex characters, got {len(s)}")
     raw = _strict_hex(s, "offsetMsgId")
     n = 4 if len(raw) == 16 else 16
-    port, offset = struct.unpack(">iq", raw[n:])
+    port, offset = MSG_ID_STORE_TAIL.unpack(raw[n:])
     if offset < 0:
         raise FormatError(f"offsetMsgId {msg_id!r} encodes a negative offset {offset}")
     return OffsetMsgId(raw[:n], port, offset)
@@ -134,7 +138,7 @@ def decode_uniq_key(uniq_key: str, reference_ms: int | None = None) -> UniqKey:
     raw = _strict_hex(s, "UNIQ_KEY")
     n = 4 if len(raw) == 16 else 16
     ip = str(ipaddress.ip_address(raw[:n]))
-    pid, classloader, t, counter = struct.unpack(">HiiH", raw[n:])
+    pid, classloader, t, counter = UNIQ_ID_TAIL.unpack(raw[n:])
     inferred = _infer_creation(t, reference_ms) if reference_ms is not None and t >= 0 else None
     ts, zone = inferred if inferred else (None, None)
     return UniqKey(ip, pid, classloader, t, counter, ts, zone)

@@ -7,7 +7,6 @@ unpacked in place from the caller's buffer; the body is copied only when asked f
 
 from __future__ import annotations
 
-import struct
 import zlib
 from zlib import crc32 as _crc32
 
@@ -15,13 +14,20 @@ from rmqdump.codec.crc import body_crc
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
 from rmqdump.codec.layout import (
     BLANK_MAGIC_CODE,
+    BODY_LENGTH_BASE,
+    BORN_HOST_POSITION,
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_NAMES,
     COMPRESSION_TYPE_COMPARATOR,
     CRC32_RESERVED_LEN,
-    HOST_V4_LENGTH,
+    CRC_MASK,
+    HOST_V4,
+    HOST_V6,
     HOST_V6_LENGTH,
+    INT16,
+    INT64,
+    MAX_PROPERTIES_LENGTH,
     MAX_RECORD_SIZE,
     MESSAGE_FIXED_OVERHEAD,
     MESSAGE_MAGIC_CODE,
@@ -32,25 +38,27 @@ from rmqdump.codec.layout import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RECONSUME_TIMES_BASE,
+    RECORD_FIXED_V4V4,
+    RECORD_PREFIX,
+    RECORD_TAIL,
     SCHEDULE_TOPIC,
+    STORE_HOST_BASE,
+    STORE_TIMESTAMP_BASE,
     STOREHOSTADDRESS_V6_FLAG,
+    TOTALSIZE_MAGIC,
     TRANSACTION_NAMES,
     TRANSACTION_TYPE_MASK,
+    host_lengths,
+    topic_length_size,
 )
 from rmqdump.codec.msgid import create_offset_msg_id, format_host
 from rmqdump.codec.properties import decode_properties_text, parse_properties, split_keys
 from rmqdump.errors import FormatError, UnsupportedError
 
-# Fast path: V1 magic, IPv4 born and store hosts -> one unpack up to BODYLEN (88 bytes).
-_V4V4 = struct.Struct(">iIiiiqqiq4siq4siiqi")
-_PREFIX = struct.Struct(">iIiiiqqiq")  # 48 bytes up to the born host
-_TS = struct.Struct(">q")
-_HOST4 = struct.Struct(">4si")
-_HOST6 = struct.Struct(">16si")
-_TAIL = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLen
-_TOTAL_MAGIC = struct.Struct(">iI")
-_I8 = struct.Struct(">b")
-_I16 = struct.Struct(">h")
+_FIXED_V4V4 = RECORD_FIXED_V4V4.size  # V1 magic, IPv4 hosts: one unpack up to BODYLENGTH
+_SCHEDULE_TOPIC = SCHEDULE_TOPIC.encode()
+_DELAY = PROPERTY_DELAY_TIME_LEVEL.encode()
 
 # Invalid-record kinds (stable identifiers, shared with verify findings).
 END_OF_DATA = "end_of_data"  # zero-filled: never written
@@ -265,7 +273,7 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
         if to_end <= 0 or not any(memoryview(buf)[i:i + min(avail, to_end)]):
             return Invalid(offset, file, file_pos, END_OF_DATA, "end of file")
         return Invalid(offset, file, file_pos, TRUNCATED, f"{to_end} bytes left, too few for a record header")
-    total, magic = _TOTAL_MAGIC.unpack_from(buf, i)
+    total, magic = TOTALSIZE_MAGIC.unpack_from(buf, i)
     if magic == BLANK_MAGIC_CODE:
         if total != to_end:
             return Invalid(offset, file, file_pos, BAD_BLANK,
@@ -286,28 +294,28 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
                        f"TOTALSIZE {total} exceeds the maximum record size {max_record_size}")
     if total > avail:
         return Invalid(offset, file, file_pos, TRUNCATED, f"only {avail} of TOTALSIZE {total} bytes could be read")
-    if magic == MESSAGE_MAGIC_CODE and total >= 88:
+    if magic == MESSAGE_MAGIC_CODE and total >= _FIXED_V4V4:
         (_, _, crc, qid, flag, qoff, phys, sysflag, born_ts, born_addr, born_port, store_ts,
-         store_addr, store_port, reconsume, prepared, body_len) = _V4V4.unpack_from(buf, i)
-        p = 88 if sysflag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG) == 0 else -1
+         store_addr, store_port, reconsume, prepared, body_len) = RECORD_FIXED_V4V4.unpack_from(buf, i)
+        p = _FIXED_V4V4 if sysflag & (BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG) == 0 else -1
     else:
         p = -1
     if p < 0:
-        _, _, crc, qid, flag, qoff, phys, sysflag, born_ts = _PREFIX.unpack_from(buf, i)
-        bh = HOST_V6_LENGTH if sysflag & BORNHOST_V6_FLAG else HOST_V4_LENGTH
-        sh = HOST_V6_LENGTH if sysflag & STOREHOSTADDRESS_V6_FLAG else HOST_V4_LENGTH
-        p = 48 + bh + 8 + sh + 16
+        _, _, crc, qid, flag, qoff, phys, sysflag, born_ts = RECORD_PREFIX.unpack_from(buf, i)
+        bh, sh = host_lengths(sysflag)
+        p = BODY_LENGTH_BASE + bh + sh + 4
         if p > total:
             return Invalid(offset, file, file_pos, LENGTH_MISMATCH,
                            f"IPv6 hosts need {p + 3} header bytes, more than TOTALSIZE {total}", total)
-        born_addr, born_port = (_HOST6 if bh == HOST_V6_LENGTH else _HOST4).unpack_from(buf, i + 48)
-        (store_ts,) = _TS.unpack_from(buf, i + 48 + bh)
-        store_addr, store_port = (_HOST6 if sh == HOST_V6_LENGTH else _HOST4).unpack_from(buf, i + 56 + bh)
-        reconsume, prepared, body_len = _TAIL.unpack_from(buf, i + 56 + bh + sh)
+        born_addr, born_port = (HOST_V6 if bh == HOST_V6_LENGTH else HOST_V4).unpack_from(buf, i + BORN_HOST_POSITION)
+        (store_ts,) = INT64.unpack_from(buf, i + STORE_TIMESTAMP_BASE + bh)
+        store_addr, store_port = (HOST_V6 if sh == HOST_V6_LENGTH else HOST_V4).unpack_from(
+            buf, i + STORE_HOST_BASE + bh)
+        reconsume, prepared, body_len = RECORD_TAIL.unpack_from(buf, i + RECONSUME_TIMES_BASE + bh + sh)
     avail = total  # every later field must lie inside the record
     body_pos = p
     blen = body_len if body_len > 0 else 0
-    tl = 2 if magic == MESSAGE_MAGIC_CODE_V2 else 1
+    tl = topic_length_size(magic)
     if body_pos + blen + tl > avail:
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH, f"BODYLEN {body_len} runs past TOTALSIZE {total}",
                        total)
@@ -315,7 +323,7 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
     b0 = i + body_pos
     crc_ok = None
     if check_crc and blen > 0:
-        computed = _crc32(mv[b0:b0 + blen]) & 0x7FFFFFFF
+        computed = _crc32(mv[b0:b0 + blen]) & CRC_MASK
         crc_ok = computed == crc
         if not crc_ok:
             return Invalid(offset, file, file_pos, BODY_CRC, f"body CRC mismatch: stored {crc}, computed {computed}",
@@ -326,7 +334,7 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
         if topic_len > 127:
             topic_len -= 256
     else:
-        (topic_len,) = _I16.unpack_from(buf, i + q)
+        (topic_len,) = INT16.unpack_from(buf, i + q)
     q += tl
     if topic_len < 0:
         hint = " (RocketMQ's signed V1 topic-length bug: a topic of 128-255 UTF-8 bytes)" if tl == 1 else ""
@@ -337,7 +345,7 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
     topic_raw = mv[i + q:i + q + topic_len].tobytes()
     q += topic_len
     props_len = (buf[i + q] << 8) | buf[i + q + 1]
-    if props_len > 32767:
+    if props_len > MAX_PROPERTIES_LENGTH:
         props_len -= 65536
     q += 2
     plen = props_len if props_len > 0 else 0
@@ -345,15 +353,15 @@ def decode_record(buf, i: int, avail: int, file_pos: int, seg_start: int, file: 
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH,
                        f"PROPERTIESLEN {props_len} runs past TOTALSIZE {total}", total)
     props_raw = mv[i + q:i + q + plen].tobytes()
-    # calMsgLength: 74 + BH + SH + TL + lengths, and body_pos = 72 + BH + SH
-    expected = MESSAGE_FIXED_OVERHEAD + (body_pos - 72) + blen + tl + topic_len + plen
+    # calMsgLength: 74 + BH + SH + TL + lengths, and body_pos = BODY_LENGTH_BASE + 4 + BH + SH
+    expected = MESSAGE_FIXED_OVERHEAD + (body_pos - BODY_LENGTH_BASE - 4) + blen + tl + topic_len + plen
     if expected != total:
         return Invalid(offset, file, file_pos, LENGTH_MISMATCH,
                        f"TOTALSIZE {total} does not match the field lengths ({expected})", total)
     msg = Message(offset, file, file_pos, total, magic, crc, qid, flag, qoff, phys, sysflag, born_ts, born_addr,
                   born_port, store_ts, store_addr, store_port, reconsume, prepared, body_len, topic_raw, props_raw,
                   mv[b0:b0 + blen].tobytes() if read_body else None, crc_ok)
-    if topic_raw == b"SCHEDULE_TOPIC_XXXX" and b"DELAY" in props_raw:
+    if topic_raw == _SCHEDULE_TOPIC and _DELAY in props_raw:
         delay = msg.properties.get(PROPERTY_DELAY_TIME_LEVEL)
         if delay is not None and not _is_java_int(delay):
             return Invalid(offset, file, file_pos, BAD_FIELD, f"malformed DELAY property {delay!r} on {SCHEDULE_TOPIC}",

@@ -1,4 +1,9 @@
-"""Opening store files defensively: read-only, never blocking on FIFOs, regular files only."""
+"""Opening files to read, defensively: read-only, never blocking on FIFOs, regular files only.
+
+The read side of the one door to the disk (write opens and fsync: :mod:`rmqdump.disk.durable`).
+:func:`open_read` and :func:`open_dir` raise the plain :class:`OSError` so each caller keeps its
+own message; :func:`open_regular` and :func:`read_regular` raise :class:`StoreError`.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +13,35 @@ from pathlib import Path
 
 from rmqdump.errors import StoreError
 
-RO_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+RO_FLAGS = os.O_RDONLY | os.O_NONBLOCK | O_CLOEXEC
 
 
-def open_regular(path: str | os.PathLike) -> int:
-    """A read-only descriptor of a regular file; FIFOs, sockets and devices are refused, never read."""
+def open_read(path: str | os.PathLike, *, follow: bool = True, nonblock: bool = True) -> int:
+    """A read-only descriptor (``O_RDONLY|O_CLOEXEC``); ``follow=False`` adds ``O_NOFOLLOW`` (a symlink
+    fails with ELOOP), ``nonblock`` ``O_NONBLOCK`` (a FIFO never blocks the open). Raises OSError."""
+    flags = os.O_RDONLY | O_CLOEXEC
+    if nonblock:
+        flags |= os.O_NONBLOCK
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    return os.open(path, flags)
+
+
+def open_dir(path: str | os.PathLike, *, follow: bool = True) -> int:
+    """A read-only descriptor of a directory (``O_RDONLY|O_DIRECTORY|O_CLOEXEC``, to fsync it);
+    ``follow=False`` adds ``O_NOFOLLOW``. Raises OSError."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | O_CLOEXEC
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    return os.open(path, flags)
+
+
+def open_regular(path: str | os.PathLike, *, follow: bool = True) -> int:
+    """A read-only, non-blocking descriptor of a regular file; FIFOs, sockets and devices are refused,
+    never read (StoreError); ``follow=False`` refuses a symlink too."""
     try:
-        fd = os.open(path, RO_FLAGS)
+        fd = open_read(path, follow=follow)
     except OSError as e:
         raise StoreError(f"cannot open: {e.strerror}", path) from None
     try:

@@ -25,6 +25,12 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
+from rmqdump.codec.layout import (
+    COMPRESSED_FLAG,
+    COMPRESSION_TYPE_COMPARATOR,
+    MESSAGE_MAGIC_CODE_V2,
+    TRANSACTION_TYPE_MASK,
+)
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
 from rmqdump.fast.abi import (
     B_BUF,
@@ -93,7 +99,7 @@ _DIGITS2 = np.frombuffer(b"".join(b"%02d" % i for i in range(100)), dtype=np.uin
 _POW10 = np.array([10 ** i for i in range(20)], dtype=np.uint64)
 _HEXL = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
 _HEXU = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
-_V2 = np.uint32(0xDAA320AB)
+_V2 = np.uint32(MESSAGE_MAGIC_CODE_V2)
 
 
 def _lits(*parts: str) -> tuple[np.ndarray, np.ndarray]:
@@ -593,12 +599,12 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
         o = _lit(out, o, KT, KO, 10)
         o = _int(out, o, np.int64(sf))
         o = _lit(out, o, KT, KO, 11)
-        o = _lit(out, o, NT, NO, N_TX + ((sf & 0xC) >> 2))
+        o = _lit(out, o, NT, NO, N_TX + ((sf & TRANSACTION_TYPE_MASK) >> 2))
         o = _lit(out, o, KT, KO, 12)
-        if not sf & 1:
+        if not sf & COMPRESSED_FLAG:
             o = _lit(out, o, NT, NO, N_COMP)
         else:
-            ct = (sf & 0x700) >> 8
+            ct = (sf & COMPRESSION_TYPE_COMPARATOR) >> 8
             o = _lit(out, o, NT, NO, N_COMP + (1 if ct == 0 or ct == 3 else (2 if ct == 1 else (3 if ct == 2 else 4))))
         o = _lit(out, o, KT, KO, 13)
         o = _int(out, o, born_ts[i])

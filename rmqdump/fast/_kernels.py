@@ -23,6 +23,39 @@ from llvmlite import ir
 from numba import carray, cfunc, njit, types
 from numba.extending import intrinsic
 
+from rmqdump.codec.layout import (
+    BLANK_MAGIC_CODE,
+    BODY_LENGTH_BASE,
+    BORN_HOST_POSITION,
+    BORN_TIMESTAMP_POSITION,
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    CRC_MASK,
+    HOST_V4_LENGTH,
+    HOST_V6_LENGTH,
+    INNER_BATCH_FLAG,
+    MESSAGE_BODY_CRC_POSITION,
+    MESSAGE_FIXED_OVERHEAD,
+    MESSAGE_FLAG_POSITION,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_POSITION,
+    MESSAGE_MAGIC_CODE_V2,
+    MESSAGE_QUEUE_ID_POSITION,
+    MIN_RECORD_SIZE_V1_IPV4,
+    PHY_POS_POSITION,
+    PROPERTY_DELAY_TIME_LEVEL,
+    QUEUE_OFFSET_POSITION,
+    SCHEDULE_TOPIC,
+    STORE_HOST_BASE,
+    STORE_TIMESTAMP_BASE,
+    STOREHOSTADDRESS_V6_FLAG,
+    SYSFLAG_KNOWN_BITS,
+    SYSFLAG_POSITION,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
 from rmqdump.fast.abi import (  # kernel return codes and argument-block layout, shared with the numba-free caller
     A_BUF,
@@ -84,12 +117,19 @@ from rmqdump.fast.abi import (  # kernel return codes and argument-block layout,
 K_END_OF_DATA, K_BAD_MAGIC, K_BAD_TOTALSIZE, K_TRUNCATED = 0, 1, 2, 3
 K_LENGTH_MISMATCH, K_BODY_CRC, K_BAD_FIELD, K_BAD_BLANK = 4, 5, 6, 7
 
-_MAGIC_V1 = 0xDAA320A7
-_MAGIC_V2 = 0xDAA320AB
-_MAGIC_BLANK = 0xCBD43194
-_MIN_RECORD = 91
-_SCHEDULE = np.frombuffer(b"SCHEDULE_TOPIC_XXXX", dtype=np.uint8).copy()
-_DELAY = np.frombuffer(b"DELAY", dtype=np.uint8).copy()
+# the record layout, from codec/layout.py (numba freezes these module globals as constants)
+_MAGIC_V1 = MESSAGE_MAGIC_CODE
+_MAGIC_V2 = MESSAGE_MAGIC_CODE_V2
+_MAGIC_BLANK = BLANK_MAGIC_CODE
+_MIN_RECORD = MIN_RECORD_SIZE_V1_IPV4
+_BODY_BASE = BODY_LENGTH_BASE + 4  # + bh + sh: where the body starts
+_V6_BORN = BORNHOST_V6_FLAG
+_V6_STORE = STOREHOSTADDRESS_V6_FLAG
+_H4, _H6 = HOST_V4_LENGTH, HOST_V6_LENGTH
+_TX_MASK, _TX_PREPARED = TRANSACTION_TYPE_MASK, TRANSACTION_PREPARED_TYPE
+_TX_COMMIT, _TX_ROLLBACK = TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
+_SCHEDULE = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8).copy()
+_DELAY = np.frombuffer(PROPERTY_DELAY_TIME_LEVEL.encode(), dtype=np.uint8).copy()
 
 
 def host_has_clmul() -> bool:
@@ -399,7 +439,7 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
                     return n, pos, INVALID + K_TRUNCATED
             return n, pos, INVALID + K_END_OF_DATA
         total = np.int64(ld_be32(buf, pos))
-        magic = np.int64(ld_be32(buf, pos + 4)) & 0xFFFFFFFF
+        magic = np.int64(ld_be32(buf, pos + MESSAGE_MAGIC_CODE_POSITION)) & 0xFFFFFFFF
         if magic == _MAGIC_BLANK:
             if total != to_end:
                 return n, pos, INVALID + K_BAD_BLANK
@@ -414,10 +454,10 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
             return n, pos, INVALID + K_TRUNCATED
         if total > max_record_size:
             return n, pos, INVALID + K_BAD_TOTALSIZE
-        sysflag = np.int64(ld_be32(buf, pos + 36))
-        bh = 20 if sysflag & 0x10 else 8
-        sh = 20 if sysflag & 0x20 else 8
-        p = 72 + bh + sh
+        sysflag = np.int64(ld_be32(buf, pos + SYSFLAG_POSITION))
+        bh = _H6 if sysflag & _V6_BORN else _H4
+        sh = _H6 if sysflag & _V6_STORE else _H4
+        p = _BODY_BASE + bh + sh
         if p > total:
             return n, pos, INVALID + K_LENGTH_MISMATCH
         body_len = np.int64(ld_be32(buf, pos + p - 4))
@@ -425,11 +465,11 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         tl = 2 if magic == _MAGIC_V2 else 1
         if p + blen + tl > total:
             return n, pos, INVALID + K_LENGTH_MISMATCH
-        stored_crc = np.int64(ld_be32(buf, pos + 8))
+        stored_crc = np.int64(ld_be32(buf, pos + MESSAGE_BODY_CRC_POSITION))
         crc_ok = 0
         if check_crc and blen > 0:
             c = crc32(buf, pos + p, pos + p + blen, t, crc_mode)
-            if np.int64(c & _M32) & 0x7FFFFFFF != stored_crc:
+            if np.int64(c & _M32) & CRC_MASK != stored_crc:
                 return n, pos, INVALID + K_BODY_CRC
             crc_ok = 1
         q = p + blen
@@ -449,7 +489,7 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         plen = props_len if props_len > 0 else 0
         if q + plen > total:
             return n, pos, INVALID + K_LENGTH_MISMATCH
-        if 74 + (p - 72) + blen + tl + topic_len + plen != total:
+        if MESSAGE_FIXED_OVERHEAD + (p - _BODY_BASE) + blen + tl + topic_len + plen != total:
             return n, pos, INVALID + K_LENGTH_MISMATCH
         if topic_len == sched.size and plen >= delay.size:
             same = True
@@ -460,7 +500,7 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
             if same and _has_delay(buf, pos + q, plen, delay):
                 return n, pos, DEFER
         # a valid message: store its columns
-        phys = ld_be64(buf, pos + 28)
+        phys = ld_be64(buf, pos + PHY_POS_POSITION)
         if phys != seg_start + pos:
             if stats[0] == 0:
                 stats[1] = pos
@@ -470,22 +510,23 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         c_size[un] = total
         c_magic[un] = magic
         c_crc[un] = stored_crc
-        c_qid[un] = ld_be32(buf, pos + 12)
-        c_flag[un] = ld_be32(buf, pos + 16)
-        c_qoff[un] = ld_be64(buf, pos + 20)
+        c_qid[un] = ld_be32(buf, pos + MESSAGE_QUEUE_ID_POSITION)
+        c_flag[un] = ld_be32(buf, pos + MESSAGE_FLAG_POSITION)
+        c_qoff[un] = ld_be64(buf, pos + QUEUE_OFFSET_POSITION)
         c_phys[un] = phys
         c_sysflag[un] = sysflag
-        c_born_ts[un] = ld_be64(buf, pos + 40)
-        if bh == 8:
-            c_born_addr[un, 0] = np.uint64(ld_le32(buf, pos + 48))
+        c_born_ts[un] = ld_be64(buf, pos + BORN_TIMESTAMP_POSITION)
+        ba = pos + BORN_HOST_POSITION
+        if bh == _H4:
+            c_born_addr[un, 0] = np.uint64(ld_le32(buf, ba))
             c_born_addr[un, 1] = 0
         else:
-            c_born_addr[un, 0] = ld_le64(buf, pos + 48)
-            c_born_addr[un, 1] = ld_le64(buf, pos + 56)
-        c_born_port[un] = ld_be32(buf, pos + 44 + bh)
-        c_store_ts[un] = ld_be64(buf, pos + 48 + bh)
-        sa = pos + 56 + bh
-        if sh == 8:
+            c_born_addr[un, 0] = ld_le64(buf, ba)
+            c_born_addr[un, 1] = ld_le64(buf, ba + 8)
+        c_born_port[un] = ld_be32(buf, ba + bh - 4)
+        c_store_ts[un] = ld_be64(buf, pos + STORE_TIMESTAMP_BASE + bh)
+        sa = pos + STORE_HOST_BASE + bh
+        if sh == _H4:
             c_store_addr[un, 0] = np.uint64(ld_le32(buf, sa))
             c_store_addr[un, 1] = 0
         else:
@@ -578,12 +619,12 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         if tf & 1 or c_phys[i] != off or pos == 0:
             return i, 2
         sf = np.int64(c_sysflag[i])
-        if sf & ~np.int64(0x7FF):
+        if sf & ~np.int64(SYSFLAG_KNOWN_BITS):
             return i, 2
         blen = np.int64(c_body_len[i])
-        if sf & 1 and blen > 0:
+        if sf & COMPRESSED_FLAG and blen > 0:
             return i, 2
-        # properties: the shape check of verify.records._PROPS_OK, UTF-8, __CRC32#, INNER_NUM
+        # properties: the shape check of analysis.verify.record_checks._PROPS_OK, UTF-8, __CRC32#, INNER_NUM
         ps = c_props_start[i]
         pl = np.int64(c_props_len[i])
         st = 0
@@ -617,12 +658,12 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
                     return i, 2
         if pl > 0 and st != 3 and st != 4:
             return i, 2
-        tx = sf & 0xC
+        tx = sf & _TX_MASK
         qoff = c_qoff[i]
         prepared = c_prepared[i]
         qslot = -1
-        if tx == 0 or tx == 8:
-            if sf & 0x80 and inner:
+        if tx == 0 or tx == _TX_COMMIT:
+            if sf & INNER_BATCH_FLAG and inner:
                 return i, 2
             key = (np.uint64(tid) << np.uint64(32)) | (np.uint64(np.int64(c_qid[i])) & np.uint64(0xFFFFFFFF))
             qs = np.int64(((key * _QHASH) >> np.uint64(32)) & np.uint64(qt_mask))
@@ -648,13 +689,13 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         sp = np.int64(c_store_port[i])
         if bp < 0 or bp > 65535 or sp < 0 or sp > 65535:
             return i, 2
-        alen = 16 if sf & 0x20 else 4
+        alen = _H6 - 4 if sf & _V6_STORE else _H4 - 4
         w0 = np.int64(c_store_addr[i, 0])
         w1 = np.int64(c_store_addr[i, 1])
         if state[5] != 0:
             return i, 2
         if state[0] != 0:
-            if tx != 8:
+            if tx != _TX_COMMIT:
                 pt = state[4]
                 if pt < _TS_LO or pt > _TS_HI:
                     return i, 2
@@ -669,7 +710,7 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         if qslot >= 0:
             q_next[qslot] = qoff + 1
             q_count[qslot] += 1
-            if tx == 8:
+            if tx == _TX_COMMIT:
                 m = state[11]
                 tx_out[m, 0] = off
                 tx_out[m, 1] = pos
@@ -679,10 +720,10 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
             if tf & 2:
                 half_out[state[12]] = off
                 state[12] += 1
-        elif tx == 4:  # PREPARED (4.x store API): a COMMIT/ROLLBACK may point at it
+        elif tx == _TX_PREPARED:  # PREPARED (4.x store API): a COMMIT/ROLLBACK may point at it
             half_out[state[12]] = off
             state[12] += 1
-        elif tx == 12:
+        elif tx == _TX_ROLLBACK:
             m = state[11]
             tx_out[m, 0] = off
             tx_out[m, 1] = pos
@@ -693,7 +734,7 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         state[1] = w0
         state[2] = w1
         state[3] = sp
-        if tx != 8:
+        if tx != _TX_COMMIT:
             state[4] = st_ts
         if state[6] == 0:
             state[6] = 1

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rmqdump.disk.durable import open_cache_file
 from rmqdump.fast.abi import (
     A_BUF,
     A_BYTE_LIMIT,
@@ -132,11 +133,12 @@ def _toolchain_signature() -> str:
 
 def kernel_library_path(prefix: str, source: str, abi: bytes, extra: str = "") -> Path:
     """Where the shared library built from ``rmqdump/fast/<source>`` lives: keyed by its ABI, source,
-    compiler, CPU and Python (may not exist yet)."""
+    the record layout, compiler, CPU and Python (may not exist yet)."""
     h = hashlib.sha256(abi)
     here = Path(__file__).resolve()
     h.update(here.with_name(source).read_bytes())
     h.update(here.with_name("_link.py").read_bytes())
+    h.update((here.parent.parent / "codec" / "layout.py").read_bytes())  # the kernels' record layout
     h.update(_toolchain_signature().encode())
     h.update(_cpu_signature().encode())
     h.update((sys.implementation.cache_tag or "").encode())
@@ -166,7 +168,7 @@ def build_lock():
 
     d = cache_dir()
     d.mkdir(parents=True, exist_ok=True)
-    fd = os.open(d / "build.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    fd = open_cache_file(d / "build.lock")
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX)
         yield

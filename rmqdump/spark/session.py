@@ -127,6 +127,10 @@ def build_session(master: str | None = None, app_name: str = "rmqdump", conf: Ma
     if master is None and not under_spark_submit():
         master = DEFAULT_MASTER
     settings = session_conf(master, conf)
+    if "spark.pyspark.python" in settings and "PYSPARK_PYTHON" not in os.environ:
+        # Spark's Python data source planner starts `python3` from PATH whatever spark.pyspark.python
+        # says: without this, a venv used by path (not activated) plans with an interpreter lacking pyarrow
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)

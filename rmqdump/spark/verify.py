@@ -71,8 +71,8 @@ def _segment_kwargs(opts: VerifyOptions, cl, root, seg, first: bool) -> dict:
 def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
     """("seg", store, start, SegmentResult | error text) and ("rec", row) per dispatchable record:
     (store, offset, size, topic_raw, queue_id, queue_offset, the tagsCode its CQ entry must hold)."""
+    from rmqdump.analysis.verify.queue_checks import expected_tags_code
     from rmqdump.analysis.verify.segment import verify_segment
-    from rmqdump.analysis.verify.store_checks import expected_tags_code
     from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
     from rmqdump.disk.segment import Segment
 
@@ -168,8 +168,9 @@ class StoreVerdict:
 def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[int],
               unmatched: list[tuple], checked: int, reverified: list | None = None, use_mmap: bool = True) -> dict:
     """``verify_store`` keywords that make it use stage-1 segment results and the stage-2 join outcome."""
+    from rmqdump.analysis.verify.queue_checks import CqChecker
+    from rmqdump.analysis.verify.record_cache import RecordCache
     from rmqdump.analysis.verify.segment import verify_segment as real_segment
-    from rmqdump.analysis.verify.store_checks import CqChecker, RecordCache
     from rmqdump.codec.record import Message
 
     def verify_segment(seg, *, on_message=None, progress=None, **kwargs):

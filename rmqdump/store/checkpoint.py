@@ -14,7 +14,9 @@ from rmqdump.codec.layout import (
     CHECKPOINT_MIN_TIMESTAMP_MARGIN_MS,
     STORE_CHECKPOINT_FILE,
 )
+from rmqdump.disk.durable import fsync_raw, open_write
 from rmqdump.disk.evidence import record_read
+from rmqdump.disk.fileio import open_read
 from rmqdump.errors import FormatError, StoreError
 
 #: bytes a 4.x broker reads (physic, logics, index timestamps)
@@ -91,7 +93,7 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     if p.is_dir():
         p = checkpoint_path(p)
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_read(p, follow=False)
     except OSError as exc:
         raise StoreError(f"cannot open checkpoint: {exc.strerror}", p) from None
     try:
@@ -121,7 +123,7 @@ def write_checkpoint(path: str | os.PathLike, cp: Checkpoint, fsync: bool = True
     """Write the 40 field bytes in place (other bytes kept), growing the file to 4096 bytes."""
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = open_write(p, read=True, create=True)
     except OSError as exc:
         raise StoreError(f"cannot open checkpoint for writing: {exc.strerror}", p) from None
     try:
@@ -131,7 +133,7 @@ def write_checkpoint(path: str | os.PathLike, cp: Checkpoint, fsync: bool = True
         if os.fstat(fd).st_size < CHECKPOINT_FILE_SIZE:
             os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
         if fsync:
-            os.fsync(fd)
+            fsync_raw(fd)
     except OSError as exc:
         raise StoreError(f"cannot write checkpoint: {exc.strerror}", p) from None
     finally:

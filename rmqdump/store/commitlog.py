@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import os
-import struct
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from rmqdump.codec.layout import (
+    INT64,
     MAX_RECORD_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    PHY_POS_POSITION,
     STORE_COMMITLOG_DIR,
+    SYSFLAG_POSITION,
 )
 from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
 from rmqdump.disk.segment import MmapReader, Segment, SegmentReader, parse_file_name
 from rmqdump.errors import StoreError
 from rmqdump.findings import ERROR, WARNING, Finding
 
-_PHYS = struct.Struct(">q")
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
 _RESYNC_CHUNK = 1 << 20
 _RELEASE_EVERY = 32 << 20
@@ -246,8 +247,8 @@ class Walk:
 
     def _trusted(self, seg: Segment, r: SegmentReader, cand: int) -> bool:
         """Resync rule: valid magic, PHYSICALOFFSET equal to the position, body CRC matching."""
-        buf, i, avail = r.view(cand, 36)
-        if avail < 36 or _PHYS.unpack_from(buf, i + 28)[0] != seg.start + cand:
+        buf, i, avail = r.view(cand, SYSFLAG_POSITION)
+        if avail < SYSFLAG_POSITION or INT64.unpack_from(buf, i + PHY_POS_POSITION)[0] != seg.start + cand:
             return False
         rec = read_record(r, cand, check_crc=True, read_body=False, max_record_size=self.max_record_size)
         return isinstance(rec, Message) and (rec.crc_ok or (rec.body_length <= 0 and rec.body_crc == 0))

@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from rmqdump.codec.layout import STORE_CONFIG_DIR
 from rmqdump.disk.evidence import record_read
+from rmqdump.disk.fileio import open_read
 from rmqdump.errors import FormatError, StoreError
 
 T = TypeVar("T")
@@ -253,7 +254,7 @@ class Loaded(Generic[T]):
 def _read_file(path: Path) -> bytes | None:
     """Bytes of a config file; None if it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_read(path, follow=False)
     except FileNotFoundError:
         return None
     except OSError as exc:

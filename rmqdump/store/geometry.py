@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +29,9 @@ from rmqdump.codec.layout import (
     MAX_RECORD_SIZE,
     MESSAGE_DELAY_LEVEL,
     STORE_INDEX_DIR,
+    hash_slots,
 )
+from rmqdump.disk.fileio import open_read
 from rmqdump.errors import FormatError, RmqdumpError, StoreError
 
 #: broker.conf keys rmqdump uses (MessageStoreConfig field names)
@@ -389,7 +390,7 @@ class _Reader:
     def __init__(self, path: Path):
         self.path = Path(path)
         try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            self.fd = open_read(self.path, follow=False)
         except OSError as exc:
             raise StoreError(f"cannot open: {exc.strerror}", self.path) from None
 
@@ -417,7 +418,7 @@ def _check_index_slots(f, r: _Reader, geo, count: int, max_slots: int | None, ma
     chunk = 16384
     for first in range(0, n, chunk):
         m = min(chunk, n - first)
-        values = struct.unpack(f">{m}i", r.read(geo.slot_pos(first), m * INDEX_HASH_SLOT_SIZE))
+        values = hash_slots(m).unpack(r.read(geo.slot_pos(first), m * INDEX_HASH_SLOT_SIZE))
         if not any(values):
             continue
         for i, v in enumerate(values):

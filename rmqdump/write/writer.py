@@ -6,6 +6,11 @@ QUEUEOFFSET per topic-queue (PREPARED/ROLLBACK get 0), PHYSICALOFFSET, the store
 body CRC, the end-of-file blank and new segments of the store's file size, ConsumeQueue
 entries (NOT/COMMIT only) and index entries (all but ROLLBACK), as §14 describes.
 
+This module builds and places records (:meth:`StoreWriter.place`, the bulk encoder, and
+:meth:`StoreWriter.encode`); the files they go to and their durability are
+:class:`~rmqdump.write.storefiles.StoreFiles`, the writer's base class. The records' values
+are in :mod:`rmqdump.write.message`, directory helpers in :mod:`rmqdump.write.storedir`.
+
 Durability (:meth:`StoreWriter.sync`): records are buffered and written with ``pwrite``;
 the first 8 bytes of a batch (TOTALSIZE + MAGIC of its first record or blank) are held
 back until the rest of the batch is on disk, so a batch cut short by a crash is invisible
@@ -15,33 +20,27 @@ commitlog bytes they point to are durable, so metadata never references lost dat
 
 from __future__ import annotations
 
-import calendar
-import errno
 import functools
 import itertools
 import os
 import secrets
-import stat
-import struct
 import time
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqdump.codec.encoder import choose_magic, encode_blank, encode_fields, properties_bytes, with_record_crc
+from rmqdump.codec.encoder import choose_magic, encode_blank, encode_fields, with_record_crc
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code, java_string_hash
 from rmqdump.codec.javahash import index_key_hash as index_hash  # noqa: F401 - the writer's name
-from rmqdump.codec.javahash import index_key_hashes as index_hashes
+from rmqdump.codec.javahash import index_key_hashes as index_hashes  # noqa: F401 - the writer's name
 from rmqdump.codec.layout import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
-    COMPRESSION_TYPE_BY_NAME,
     COMPRESSION_TYPE_COMPARATOR,
+    CRC_MASK,
     END_FILE_MIN_BLANK_LENGTH,
     HOST_V4_LENGTH,
-    INDEX_HASH_SLOT_SIZE,
-    INDEX_HEADER_SIZE,
     INNER_BATCH_FLAG,
+    INT16,
     MAPPED_FILE_SIZE_COMMITLOG,
     MAPPED_FILE_SIZE_CONSUME_QUEUE,
     MAX_HASH_SLOT_NUM,
@@ -55,6 +54,7 @@ from rmqdump.codec.layout import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    RECORD_FIXED_V4V4,
     SCHEDULE_TOPIC,
     STORE_COMMITLOG_DIR,
     STORE_CONSUMEQUEUE_DIR,
@@ -64,38 +64,26 @@ from rmqdump.codec.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
+    UINT8,
+    UNIQ_ID_TAIL,
 )
 from rmqdump.codec.msgid import create_offset_msg_id, parse_host
 from rmqdump.codec.properties import parse_properties
-from rmqdump.disk.paths import is_safe_component
-from rmqdump.disk.segment import offset_to_file_name
 from rmqdump.errors import FormatError, StoreError
+from rmqdump.write.message import (
+    Appended,
+    MessageSpec,
+    _month_start_ms,
+    compress_body,
+    make_uniq_key,
+)
+from rmqdump.write.storedir import _read_next_queue_offset, ensure_store_dir
+from rmqdump.write.storefiles import WRITE_CHUNK, StoreFiles, _IndexRoller
 
 _counter = itertools.count()
-#: records are written in chunks of at most this many buffered bytes
-WRITE_CHUNK = 8 << 20
 #: sysflag bits a caller may pass through (compression bits come from ``compressed_flags``)
 _PASS_THROUGH_FLAGS = MULTI_TAGS_FLAG
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
-
-@functools.lru_cache(maxsize=64)
-def _month_start_ms(day: int) -> int:
-    t = time.gmtime(day * 86400)
-    return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
-
-
-def make_uniq_key(ip: bytes, pid: int, classloader: int, epoch_ms: int, counter: int) -> str:
-    """A client msgId in ``MessageClientIDSetter``'s layout (time since the UTC month start)."""
-    month_start = _month_start_ms(epoch_ms // 86_400_000)
-    return (ip + _UNIQ_TAIL.pack(pid & 0xFFFF, classloader, (epoch_ms - month_start) & 0x7FFFFFFF,
-                                 counter & 0xFFFF)).hex().upper()
-
-
-_UNIQ_TAIL = struct.Struct(">HiiH")
-#: a record's fields up to BODYLENGTH with IPv4 born and store hosts (encoder.encode_fields' layout)
-_V4_HEAD = struct.Struct(">iIiiiqqiq4siq4siiqi")
-_PROPS_LEN = struct.Struct(">h")
 #: TOTALSIZE minus body, topic (with its length field) and properties for IPv4 hosts
 _V4_OVERHEAD = MESSAGE_FIXED_OVERHEAD + 2 * HOST_V4_LENGTH
 _choose_magic = functools.lru_cache(maxsize=4096)(choose_magic)
@@ -109,275 +97,7 @@ def _host(text: str) -> tuple[bytes, int]:
     return parse_host(text)
 
 
-@dataclass(slots=True)
-class MessageSpec:
-    """What a producer sends, plus the broker-side fields a forensic writer may pin."""
-
-    topic: str
-    body: bytes = b""
-    queue_id: int = 0
-    tags: str | None = None
-    keys: str | list[str] | None = None
-    properties: dict[str, str] = field(default_factory=dict)
-    properties_raw: bytes | None = None  # exact stored properties string (overrides the above)
-    flag: int = 0
-    transaction: int = TRANSACTION_NOT_TYPE
-    compression: str | None = None  # zlib | lz4 | zstd | "legacy-zlib": compress ``body`` first
-    born_timestamp: int | None = None
-    store_timestamp: int | None = None
-    born_host: str = "127.0.0.1:34732"
-    store_host: str | None = None
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    uniq_key: str | None = None
-    auto_uniq_key: bool = True
-    magic: int | None = None
-    record_crc: bool = False  # 5.2+ __CRC32# property
-    queue_offset: int | None = None  # pin (forensic copies); None = assign like the broker
-    compressed_flags: int = 0  # body is already stored form: these COMPRESSED|type bits are set as-is
-    extra_sys_flag: int = 0  # other sysflag bits to keep (only MULTI_TAGS_FLAG is passed through)
-    source_offset: int | None = None  # offset in the store a copied record came from (re-points tx offsets)
-
-    def properties_dict(self) -> dict[str, str]:
-        """The properties as the broker's parser reads them back (``properties_raw`` is parsed)."""
-        if self.properties_raw is not None:
-            return parse_properties(self.properties_raw.decode("utf-8", "replace"))
-        return {k: v for k, v in self._props().items() if len(k) + len(v) >= 2 and k and v}
-
-    def build_properties(self) -> bytes:
-        if self.properties_raw is not None:
-            return self.properties_raw
-        return properties_bytes(self._props())
-
-    def _props(self) -> dict[str, str]:
-        props: dict[str, str] = {}
-        if self.keys:
-            props[PROPERTY_KEYS] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
-        if self.uniq_key:
-            props[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.uniq_key
-        props.update(self.properties)
-        if self.tags:
-            props[PROPERTY_TAGS] = self.tags
-        return props
-
-    def has_uniq_key(self) -> bool:
-        if self.uniq_key:
-            return True
-        if self.properties_raw is not None:
-            return True  # raw properties are written verbatim: never add a key to them
-        return PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX in self.properties
-
-
-@dataclass
-class Appended:
-    """Where a record landed (``blank_at``: offset of the end-of-file blank written before it)."""
-
-    offset: int
-    size: int
-    queue_offset: int
-    msg_id: str
-    uniq_key: str | None
-    topic: str
-    queue_id: int
-    store_timestamp: int = 0
-    blank_at: int | None = None
-
-
-def compress_body(body: bytes, compression: str | None) -> tuple[bytes, int]:
-    """(stored body, sysflag bits) for a compression choice."""
-    if not compression or compression == "none":
-        return body, 0
-    if compression == "legacy-zlib":
-        return zlib.compress(body, 5), COMPRESSED_FLAG
-    if compression == "zlib":
-        return zlib.compress(body, 5), COMPRESSED_FLAG | COMPRESSION_TYPE_BY_NAME["zlib"]
-    if compression == "lz4":
-        import lz4.frame
-
-        return lz4.frame.compress(body), COMPRESSED_FLAG | COMPRESSION_TYPE_BY_NAME["lz4"]
-    if compression == "zstd":
-        import zstandard
-
-        return zstandard.ZstdCompressor(level=3).compress(body), COMPRESSED_FLAG | COMPRESSION_TYPE_BY_NAME["zstd"]
-    raise FormatError(f"unknown compression {compression!r}")
-
-
-# --- durability helpers -------------------------------------------------------------------------
-
-
-def fsync_fd(fd: int, what: str | os.PathLike) -> None:
-    """fsync one descriptor; an error is a failure (never retried: the kernel may have dropped the data)."""
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        raise StoreError(f"fsync failed: {e.strerror}; the data written since the last sync may be lost",
-                         what) from None
-
-
-def fsync_path(path: str | os.PathLike) -> None:
-    """fsync a regular file by path (never following a symlink)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | _O_CLOEXEC)
-    except OSError as e:
-        raise StoreError(f"cannot open for fsync: {e.strerror}", path) from None
-    try:
-        fsync_fd(fd, path)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: str | os.PathLike) -> None:
-    """fsync a directory so new or removed entries in it are durable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | _O_CLOEXEC)
-    except OSError as e:
-        raise StoreError(f"cannot open directory for fsync: {e.strerror}", path) from None
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.EROFS):  # some filesystems cannot fsync directories
-            raise StoreError(f"directory fsync failed: {e.strerror}", path) from None
-    finally:
-        os.close(fd)
-
-
-def ensure_store_dir(root: Path, *parts: str, create: bool = True) -> tuple[Path, list[Path]]:
-    """``root/parts...`` as real directories (never a symlink), creating missing ones.
-
-    Returns the path and the parents whose entries changed (to fsync). Raises
-    :class:`StoreError` for a symlink, a non-directory or an unsafe name. With ``create=False``
-    nothing is created: the full path is still returned (every existing component checked, every
-    missing one only named) — callers must not assume it exists.
-    """
-    path = root
-    changed: list[Path] = []
-    missing = False
-    for part in parts:
-        if not is_safe_component(part):
-            raise StoreError(f"refusing unsafe directory name {part!r}", path)
-        nxt = path / part
-        if missing:  # below a missing directory nothing exists
-            path = nxt
-            continue
-        try:
-            st = os.lstat(nxt)
-        except FileNotFoundError:
-            if not create:
-                missing = True
-                path = nxt
-                continue
-            try:
-                os.mkdir(nxt, 0o755)
-            except FileExistsError:
-                st = os.lstat(nxt)
-            except OSError as e:
-                raise StoreError(f"cannot create directory: {e.strerror}", nxt) from None
-            else:
-                changed.append(path)
-                path = nxt
-                continue
-        except OSError as e:
-            raise StoreError(f"cannot stat: {e.strerror}", nxt) from None
-        if stat.S_ISLNK(st.st_mode):
-            raise StoreError("is a symlink; refusing to follow it out of the store", nxt)
-        if not stat.S_ISDIR(st.st_mode):
-            raise StoreError("is not a directory", nxt)
-        path = nxt
-    return path, changed
-
-
-def _allocate_zeros(path: Path, start: int, length: int) -> None:
-    """Write real zeros over ``path[start:start + length]``, a range of a file we just created (a hole).
-
-    The content does not change; the blocks get allocated once. The hash-slot table of a new
-    index file takes random 4-byte writes: filling those into holes of a sparse file costs a
-    block allocation (and extent-tree churn) per touched page at every fsync.
-    """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | _O_CLOEXEC)
-    except OSError as e:
-        raise StoreError(f"cannot open index file: {e.strerror}", path) from None
-    try:
-        zeros = bytes(min(length, 1 << 22))
-        pos, end = start, start + length
-        while pos < end:
-            pos += os.pwrite(fd, memoryview(zeros)[:end - pos], pos)
-    except OSError as e:
-        raise StoreError(f"write failed: {e.strerror}", path, pos) from None
-    finally:
-        os.close(fd)
-
-
-class _IndexRoller:
-    """``IndexService`` for the writer: continue the last index file, roll full ones (fsynced first)."""
-
-    def __init__(self, root: Path, slots: int, entries: int, name_clock, utc: bool):
-        self.root = root
-        self.slots = slots
-        self.entries = entries
-        self.name_clock = name_clock
-        self.utc = utc
-        self.writer = None
-        self.full_end_timestamp = 0  # endTimestamp of the last full file made durable
-        self.new_files: list[Path] = []
-        self._opened = False
-
-    def _current(self):
-        from rmqdump.store.indexfile import IndexFileWriter, list_index_files
-
-        if not self._opened:
-            self._opened = True
-            files = list_index_files(self.root)
-            if files:
-                self.writer = IndexFileWriter.open(files[-1], self.slots, self.entries)
-        w = self.writer
-        if w is not None and not w.is_full:
-            return w
-        end_phy, end_ts = (w.header.end_phy_offset, w.header.end_timestamp) if w else (0, 0)
-        if w is not None:
-            self._finish(w)
-        index_dir, _ = ensure_store_dir(self.root, STORE_INDEX_DIR)
-        self.writer = IndexFileWriter.create_in(index_dir, self.slots, self.entries, end_phy, end_ts,
-                                                self.name_clock(), self.utc)
-        self.new_files.append(self.writer.path)
-        _allocate_zeros(self.writer.path, INDEX_HEADER_SIZE, self.slots * INDEX_HASH_SLOT_SIZE)
-        return self.writer
-
-    def _finish(self, w) -> None:
-        """A full file: make it durable before closing it (the broker flushes it, then the checkpoint)."""
-        try:
-            w.fsync()
-        except OSError as e:
-            raise StoreError(f"fsync failed: {e.strerror}", w.path) from None
-        self.full_end_timestamp = max(self.full_end_timestamp, w.header.end_timestamp)
-        w.close()
-        self.writer = None
-
-    def put(self, hashes: list[int], phys: list[int], tss: list[int]) -> None:
-        done, n = 0, len(hashes)
-        while done < n:
-            w = self._current()
-            if done == 0 and phys[0] < w.header.end_phy_offset:
-                # ``buildIndex`` skips records below the file's endPhyOffset (already indexed)
-                skip = next((i for i, p in enumerate(phys) if p >= w.header.end_phy_offset), n)
-                done = skip
-                continue
-            done += w.bulk_put(hashes[done:], phys[done:], tss[done:])
-
-    def fsync(self) -> None:
-        if self.writer is not None:
-            try:
-                self.writer.fsync()
-            except OSError as e:
-                raise StoreError(f"fsync failed: {e.strerror}", self.writer.path) from None
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
-
-
-class StoreWriter:
+class StoreWriter(StoreFiles):
     """Append records to a store directory (creating it if needed), dispatching CQ and index.
 
     ``start_offset`` is where the next record goes (the end of valid data of an existing
@@ -456,105 +176,6 @@ class StoreWriter:
                 _, changed = ensure_store_dir(self.root, d)
                 self._dirs_to_sync.update(changed)
 
-    # --- state ---------------------------------------------------------------------------------
-    @property
-    def index_msg_timestamp(self) -> int:
-        """endTimestamp of the last index file that filled up and was made durable (0: none)."""
-        return self._index.full_end_timestamp if self._index else 0
-
-    @property
-    def new_index_files(self) -> list[Path]:
-        return list(self._index.new_files) if self._index else []
-
-    def _check_usable(self) -> None:
-        if self._failed:
-            raise StoreError(f"writer unusable after an earlier failure: {self._failed}", self.root)
-
-    def _fail(self, exc: StoreError) -> StoreError:
-        self._failed = str(exc)
-        return exc
-
-    # --- commitlog -----------------------------------------------------------------------------
-    def _segment_path(self, start: int) -> Path:
-        return self.root / STORE_COMMITLOG_DIR / offset_to_file_name(start)
-
-    def _segment_fd(self, start: int) -> int:
-        if self._seg_start == start and self._seg_fd is not None:
-            return self._seg_fd
-        if self._seg_fd is not None:
-            os.close(self._seg_fd)
-            self._seg_fd = None
-        path = self._segment_path(start)
-        flags = os.O_RDWR | os.O_NOFOLLOW | _O_CLOEXEC
-        try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-            try:
-                os.ftruncate(fd, self.file_size)
-            except OSError:
-                os.close(fd)
-                raise
-            self._new_segment = True
-        except FileExistsError:
-            try:
-                fd = os.open(path, flags)
-            except OSError as e:
-                raise StoreError(f"cannot open segment: {e.strerror}", path) from None
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != self.file_size:
-                os.close(fd)
-                raise StoreError(f"segment is not a regular file of the store's file size {self.file_size}",
-                                 path) from None
-        except OSError as e:
-            raise StoreError(f"cannot create segment: {e.strerror}", path) from None
-        self._seg_fd, self._seg_start = fd, start
-        return fd
-
-    def _pwrite(self, data, offset: int) -> None:
-        start = offset - offset % self.file_size
-        fd = self._segment_fd(start)
-        view = memoryview(data)
-        pos = offset - start
-        try:
-            while view:
-                n = os.pwrite(fd, view, pos)
-                view, pos = view[n:], pos + n
-        except OSError as e:
-            raise self._fail(StoreError(f"write failed: {e.strerror}", self._segment_path(start), pos)) from None
-        self._dirty_segments.add(start)
-
-    def _buffer(self, data: bytes, offset: int) -> None:
-        """Queue bytes for ``offset`` (contiguous with the buffer, same segment), flushing as needed."""
-        if self._buf and (offset != self._buf_off + len(self._buf)
-                          or offset // self.file_size != self._buf_off // self.file_size):
-            self._flush_buffer()
-        if not self._buf:
-            self._buf_off = offset
-        self._buf += data
-        if len(self._buf) >= WRITE_CHUNK:
-            self._flush_buffer()
-
-    def _flush_buffer(self) -> None:
-        if not self._buf:
-            return
-        buf, off = self._buf, self._buf_off
-        self._buf = bytearray()
-        self._write_out(buf, off)
-
-    def _write_out(self, buf: bytearray, off: int) -> None:
-        if not buf:
-            return
-        if self.commit_header_last and not self._batch_started:
-            # the batch's first 8 bytes are written last: until then recovery sees zeros here
-            self._head = (off, bytes(buf[:8]))
-            self._batch_started = True
-            if len(buf) > 8:
-                self._pwrite(memoryview(buf)[8:], off + 8)
-            else:
-                self._segment_fd(off - off % self.file_size)
-        else:
-            self._batch_started = True
-            self._pwrite(buf, off)
-
     # --- records -----------------------------------------------------------------------------
     def next_queue_offset(self, topic: str, queue_id: int) -> int:
         key = (topic, queue_id)
@@ -565,17 +186,6 @@ class StoreWriter:
                 self.queue_offsets[key] = self._cq_writer(topic, queue_id).next_queue_offset
         return self.queue_offsets[key]
 
-    def _cq_writer(self, topic: str, queue_id: int):
-        from rmqdump.store.consumequeue import ConsumeQueueWriter
-
-        key = (topic, queue_id)
-        w = self._cq.get(key)
-        if w is None:
-            qdir, changed = ensure_store_dir(self.root, STORE_CONSUMEQUEUE_DIR, topic, str(queue_id))
-            self._dirs_to_sync.update(changed)
-            w = ConsumeQueueWriter(qdir, self.cq_file_size)
-            self._cq[key] = w
-        return w
 
     def encode(self, spec: MessageSpec, physical_offset: int, queue_offset: int, store_ts: int,
                properties: bytes | None = None) -> bytes:
@@ -622,7 +232,7 @@ class StoreWriter:
         prefix = self._uniq_prefix.get(born_host)
         if prefix is None:
             addr, _ = _host(born_host)
-            prefix = (addr + struct.pack(">Hi", self._pid & 0xFFFF, self._classloader)).hex().upper()
+            prefix = (addr + UNIQ_ID_TAIL.pack(self._pid & 0xFFFF, self._classloader, 0, 0)[:6]).hex().upper()
             self._uniq_prefix[born_host] = prefix
         day = born_ts // 86_400_000
         if day != self._uniq_day:
@@ -643,7 +253,7 @@ class StoreWriter:
             magic = _choose_magic(topic)
             tb = topic.encode("utf-8")
             info = (magic, (len(tb).to_bytes(2, "big") if magic == MESSAGE_MAGIC_CODE_V2
-                            else struct.pack(">B", len(tb) & 0xFF)) + tb)
+                            else UINT8.pack(len(tb) & 0xFF)) + tb)
             self._topics[topic] = info
         return info
 
@@ -786,12 +396,12 @@ class StoreWriter:
                 self._buffer(b"", phys)
                 buf = self._buf
             if rec is None:
-                buf += _V4_HEAD.pack(total, magic, zlib.crc32(body) & 0x7FFFFFFF, queue_id, spec.flag, qoff, phys,
+                buf += RECORD_FIXED_V4V4.pack(total, magic, zlib.crc32(body) & CRC_MASK, queue_id, spec.flag, qoff, phys,
                                      tran, born_ts, born_host[0], born_host[1], store_ts, store_host[0], store_host[1],
                                      spec.reconsume_times, spec.prepared_transaction_offset, blen)
                 buf += body
                 buf += tpart
-                buf += _PROPS_LEN.pack(len(props_raw))
+                buf += INT16.pack(len(props_raw))
                 buf += props_raw
             else:
                 buf += rec
@@ -827,143 +437,6 @@ class StoreWriter:
                         self._pend_kts.append(store_ts)
         return phys, total, qoff, uniq, store_ts, blank_at, store_host, topic, queue_id
 
-    # --- dispatch --------------------------------------------------------------------------------
-    def _take_pending(self) -> tuple:
-        pend = (self._pend_cq, self._pend_cq_ts, self._pend_keys, self._pend_kphys, self._pend_kts)
-        self._pend_cq, self._pend_cq_ts, self._pend_keys, self._pend_kphys, self._pend_kts = {}, [], [], [], []
-        return pend
-
-    def _dispatch_pending(self, pend: tuple | None = None) -> None:
-        """CQ and index entries for the records appended since the last dispatch (one write per file)."""
-        pend_cq, cq_ts, keys, phys, tss = self._take_pending() if pend is None else pend
-        try:
-            for key, units in pend_cq.items():
-                self._cq_writer(*key).put_many(units)
-                self._cq_dirty.add(key)
-            if cq_ts:
-                self.last_cq_timestamp = cq_ts[-1]
-                self.max_cq_timestamp = max(self.max_cq_timestamp, max(cq_ts))
-            if keys:
-                hashes = index_hashes(keys)
-                if self._index is None:
-                    self._index = _IndexRoller(self.root, self.index_slots, self.index_entries,
-                                               self.index_name_clock, True)
-                before = len(self._index.new_files)
-                self._index.put(hashes, phys, tss)
-                if len(self._index.new_files) > before:
-                    self._dirs_to_sync.add(self.root / STORE_INDEX_DIR)
-        except StoreError as e:
-            raise self._fail(e) from None
-        except OSError as e:
-            raise self._fail(StoreError(f"dispatch failed: {e.strerror}", self.root)) from None
-
-    # --- durability ----------------------------------------------------------------------------
-    def sync(self) -> None:
-        """Make every record appended so far durable, then dispatch and make the metadata durable.
-
-        Order: commitlog bytes (all but the batch's first 8) → fsync segments → commitlog
-        directory if a segment was created → the held-back 8 bytes → fsync (the commit
-        point: recovery now sees the batch) → ConsumeQueue and index writes → fsync of
-        those files, concurrently, all finished before going on (full index files were
-        fsynced when they filled) → fsync of the directories that gained entries. Any failure is raised and the writer refuses
-        further use.
-        """
-        self._check_usable()
-        if self.dry_run:
-            return
-        self._commit_batch(*self._take_batch())
-
-    def _take_batch(self) -> tuple:
-        buf, off = self._buf, self._buf_off
-        self._buf = bytearray()
-        self._buf_off = off + len(buf)
-        return buf, off, self._take_pending(), self.offset
-
-    def _commit_batch(self, buf: bytearray, off: int, pend: tuple, end: int) -> None:
-        try:
-            self._write_out(buf, off)
-            self._sync_segments()
-            if self._new_segment:
-                fsync_dir(self.root / STORE_COMMITLOG_DIR)
-                self._new_segment = False
-            if self._head is not None:
-                head_off, head = self._head
-                self._head = None
-                self._pwrite(head, head_off)
-                self._sync_segments()
-            self._batch_started = False
-            self.durable_offset = end
-            self._dispatch_pending(pend)
-            syncs = [self._cq[key].fsync for key in sorted(self._cq_dirty)]
-            if self._index is not None:
-                syncs.append(self._index.fsync)
-            self._run_all(syncs)
-            self._cq_dirty.clear()
-            for d in sorted(self._dirs_to_sync, key=lambda p: -len(p.parts)):
-                fsync_dir(d)
-            self._dirs_to_sync.clear()
-        except StoreError as e:
-            raise self._fail(e) from None
-        except OSError as e:
-            raise self._fail(StoreError(f"sync failed: {e.strerror}", self.root)) from None
-
-    def _run_all(self, calls: list) -> None:
-        """Run independent fsyncs concurrently (the filesystem can share one journal commit
-        among them); returns when all are done, raising the first error in ``calls`` order."""
-        if len(calls) <= 1:
-            for call in calls:
-                call()
-            return
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rmqdump-fsync")
-        futures = [self._pool.submit(call) for call in calls]
-        for f in futures:
-            f.exception()  # wait for every one before raising any error
-        for f in futures:
-            f.result()
-
-    def _sync_segments(self) -> None:
-        for start in sorted(self._dirty_segments):
-            if start == self._seg_start and self._seg_fd is not None:
-                fsync_fd(self._seg_fd, self._segment_path(start))
-            else:
-                fsync_path(self._segment_path(start))
-        self._dirty_segments.clear()
-
-    def close(self) -> None:
-        """Write out buffered records and pending dispatches (no fsync: call :meth:`sync` first)."""
-        try:
-            if not self.dry_run and not self._failed:
-                self._flush_buffer()
-                if self._head is not None:
-                    off, head = self._head
-                    self._head = None
-                    self._pwrite(head, off)
-                self._batch_started = False
-                self._dispatch_pending()
-        finally:
-            if self._seg_fd is not None:
-                os.close(self._seg_fd)
-                self._seg_fd = None
-            for w in self._cq.values():
-                w.close()
-            self._cq.clear()
-            if self._index is not None:
-                self._index.close()
-            if self._pool is not None:
-                self._pool.shutdown()
-                self._pool = None
-
-    def abandon(self) -> None:
-        """Close every descriptor without writing anything still buffered or pending."""
-        self._buf = bytearray()
-        self._head = None
-        self._pend_cq, self._pend_cq_ts, self._pend_keys, self._pend_kphys, self._pend_kts = {}, [], [], [], []
-        self._failed = self._failed or "abandoned"
-        self.close()
-
     def __enter__(self) -> StoreWriter:
         return self
 
@@ -972,15 +445,3 @@ class StoreWriter:
             self.abandon()
         else:
             self.close()
-
-
-def _read_next_queue_offset(root: Path, topic: str, queue_id: int, cq_file_size: int) -> int:
-    """The next QUEUEOFFSET of a queue as the broker would assign it (read-only)."""
-    from rmqdump.store.consumequeue import ConsumeQueue
-
-    if not is_safe_component(topic):
-        raise StoreError(f"refusing unsafe topic directory name {topic!r}", root / STORE_CONSUMEQUEUE_DIR)
-    qdir = root / STORE_CONSUMEQUEUE_DIR / topic / str(queue_id)
-    if not qdir.is_dir() or qdir.is_symlink():
-        return 0
-    return ConsumeQueue(qdir, topic, queue_id, cq_file_size).max_offset

@@ -2,7 +2,7 @@
 
 :func:`verify_store` runs the record checks of every commitlog segment
 (:func:`~rmqdump.analysis.verify.segment.verify_segment`, reusable per segment / in parallel), the
-store checks (:mod:`rmqdump.analysis.verify.store_checks`) and the recovery prediction
+store checks (``queue_checks``, ``index_checks``, ``meta_checks``) and the recovery prediction
 (:mod:`rmqdump.broker.recovery`), and returns a :class:`VerifyReport`.
 
 Findings: ``{severity, kind, file, offset, detail}``. ``file`` is relative to the store
@@ -112,22 +112,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rmqdump.analysis.verify.records import (
-    SegmentResult,
-    _fast_wanted,
-    check_transactions,
-    merge_segments,
-)
-from rmqdump.analysis.verify.segment import verify_segment
-from rmqdump.analysis.verify.store_checks import (
-    CqChecker,
-    RecordCache,
+from rmqdump.analysis.verify.index_checks import check_index
+from rmqdump.analysis.verify.meta_checks import (
     check_abort_lock,
     check_checkpoint,
     check_config,
     check_consumer_offsets,
-    check_index,
 )
+from rmqdump.analysis.verify.queue_checks import CqChecker
+from rmqdump.analysis.verify.record_cache import RecordCache
+from rmqdump.analysis.verify.records import _fast_wanted, check_transactions, merge_segments
+from rmqdump.analysis.verify.result import SegmentResult
+from rmqdump.analysis.verify.segment import verify_segment
 from rmqdump.broker.recovery import (
     DEFAULT_LIST_LIMIT,
     MODE_ABNORMAL,

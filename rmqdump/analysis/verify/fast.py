@@ -8,7 +8,7 @@ QUEUEOFFSET, count), the previous store host/time, min/max store time, byte and 
 the offsets of COMMIT/ROLLBACK and half messages (numpy arrays). Any record the kernel cannot
 clear - a check fires or might fire, a new topic or queue, a pending queue anomaly, a
 header-outlier candidate, the first record of the file - is decoded and checked in Python by
-the very same :class:`~rmqdump.analysis.verify.records.RecordChecker` step as the pure path, with the
+the very same :class:`~rmqdump.analysis.verify.record_checks.RecordChecker` step as the pure path, with the
 compact state synchronised around it, so findings come out identical and in the same order.
 With ``keep_going`` damage is skipped with the pure walk's own resynchronisation rule.
 """
@@ -18,15 +18,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from rmqdump.analysis.verify.records import (
-    RecordChecker,
-    SegmentResult,
-    _damage,
-    _Emitter,
-    _finish_tail,
-    _track_damaged_record,
+from rmqdump.analysis.verify.damage import _damage, _finish_tail
+from rmqdump.analysis.verify.record_checks import RecordChecker, _track_damaged_record
+from rmqdump.analysis.verify.result import SegmentResult, _Emitter
+from rmqdump.codec.layout import (
+    MAX_RECORD_SIZE,
+    MESSAGE_MAGIC_CODE_V2,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_TYPE_MASK,
 )
-from rmqdump.codec.layout import MAX_RECORD_SIZE, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from rmqdump.codec.record import BODY_CRC, END_OF_DATA, Invalid, Message
 from rmqdump.disk.segment import Segment
 from rmqdump.errors import StoreError
@@ -320,7 +320,7 @@ class _FastSegment:
             self.half_chunks.append(t.half_out[:s[S_NHALF]].copy())
             s[S_NHALF] = 0
         if self.v2 is None:
-            v2 = fw._numpy().flatnonzero(batch["magic"] == _V2_MAGIC)
+            v2 = fw._numpy().flatnonzero(batch["magic"] == MESSAGE_MAGIC_CODE_V2)
             if v2.size:
                 k = int(v2[0])
                 before = self.last if k == 0 else (batch.seg_start + int(batch["file_pos"][k - 1]),
@@ -453,7 +453,6 @@ def verify_segment_fast(segment: Segment, *, file_size: int | None = None, check
 
 
 # --- the broker's recovery walk through the kernel -------------------------------------------------
-_V2_MAGIC = 0xDAA320AB
 
 
 def broker_walk_fast(cl: CommitLog, start_index: int, *, version: str = "4.9", check_crc: bool = True,
@@ -501,7 +500,7 @@ def broker_walk_fast(cl: CommitLog, start_index: int, *, version: str = "4.9", c
             for b in fsw:
                 k = b.n
                 if version == R.VERSION_49:
-                    v2 = np.flatnonzero(b["magic"] == _V2_MAGIC)
+                    v2 = np.flatnonzero(b["magic"] == MESSAGE_MAGIC_CODE_V2)
                     if v2.size:
                         k = int(v2[0])
                 if k:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rmqdump.analysis.verify.fast import verify_segment_fast
-from rmqdump.analysis.verify.records import SegmentResult, verify_segment_pure
+from rmqdump.analysis.verify.records import verify_segment_pure
+from rmqdump.analysis.verify.result import SegmentResult
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.codec.record import Message
 from rmqdump.disk.segment import Segment

@@ -63,7 +63,6 @@ from rmqdump.write.repair.index import (  # noqa: F401
 )
 from rmqdump.write.repair.model import (  # noqa: F401
     _CHUNK,
-    _O_CLOEXEC,
     MANIFEST,
     MANIFEST_FORMAT,
     MIN_FILLER,

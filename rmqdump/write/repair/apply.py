@@ -14,6 +14,7 @@ from pathlib import Path
 from rmqdump.codec.layout import (
     STORE_ABORT_FILE,
 )
+from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
 from rmqdump.errors import FormatError, LockError, StoreError
 from rmqdump.write.repair.files import (
     _copy_extents,
@@ -24,9 +25,9 @@ from rmqdump.write.repair.files import (
     sha256_file,
     sha256_range,
 )
-from rmqdump.write.repair.model import _CHUNK, _O_CLOEXEC, MANIFEST, MANIFEST_FORMAT, Change, RepairPlan
+from rmqdump.write.repair.model import _CHUNK, MANIFEST, MANIFEST_FORMAT, Change, RepairPlan
 from rmqdump.write.repair.plan import plan_repair
-from rmqdump.write.writer import ensure_store_dir, fsync_dir, fsync_fd
+from rmqdump.write.writer import ensure_store_dir
 
 
 def _safe_target(root: Path, rel: str) -> Path:
@@ -55,7 +56,7 @@ def default_backup_dir(root: Path) -> Path:
 def _write_manifest(backup: Path, doc: dict) -> None:
     tmp = backup / (MANIFEST + ".tmp")
     data = json.dumps(doc, indent=1, ensure_ascii=False).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _O_CLOEXEC, 0o644)
+    fd = open_write(tmp, create=True, truncate=True)
     try:
         _pwrite_all(fd, data, 0)
         fsync_fd(fd, tmp)
@@ -112,7 +113,7 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
             item.update(size=size, mode=stat.S_IMODE(st.st_mode), sha256_before=sha256_file(target))
             if has_data:
                 blob = blobs / f"{n:06d}.bin"
-                bfd = os.open(blob, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+                bfd = open_write(blob, create=True, exclusive=True)
                 try:
                     os.ftruncate(bfd, size)
                     _copy_extents(target, bfd)
@@ -137,7 +138,7 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
 
 
 def _write_blob(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, 0o644)
+    fd = open_write(path, create=True, exclusive=True)
     try:
         _pwrite_all(fd, data, 0)
         fsync_fd(fd, path)
@@ -178,7 +179,7 @@ def _apply_change(root: Path, c: Change, item: dict, synced_dirs: set[Path]) -> 
             raise StoreError(f"cannot delete: {e.strerror}", target) from None
         synced_dirs.add(target.parent)
     elif c.op == "create":
-        fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _O_CLOEXEC, 0o644)
+        fd = open_write(target, read=True, create=True, exclusive=True)
         try:
             os.ftruncate(fd, c.size)
             if c.source is not None:
@@ -205,7 +206,7 @@ def _set_abort(root: Path, content: bytes | None) -> None:
     else:
         if path.is_symlink():
             raise StoreError("abort is a symlink; refusing to follow it", path)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _O_CLOEXEC, 0o644)
+        fd = open_write(path, create=True, truncate=True)
         try:
             _pwrite_all(fd, content, 0)
             fsync_fd(fd, path)
@@ -391,8 +392,7 @@ def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = 
                     os.close(fd)
             elif it["op"] == "delete":
                 tmp = target.with_name(target.name + ".rmqdump-undo")
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | _O_CLOEXEC,
-                             it.get("mode", 0o644))
+                fd = open_write(tmp, read=True, create=True, truncate=True, mode=it.get("mode", 0o644))
                 try:
                     os.ftruncate(fd, it["size"])
                     if it.get("backup"):

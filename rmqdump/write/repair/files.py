@@ -7,13 +7,18 @@ import os
 import stat
 from pathlib import Path
 
+from rmqdump.disk.durable import open_write
+from rmqdump.disk.fileio import open_read
 from rmqdump.errors import StoreError
-from rmqdump.write.repair.model import _CHUNK, _O_CLOEXEC
+from rmqdump.write.repair.model import _CHUNK
 
 
 def _open(path: Path, flags: int = os.O_RDONLY) -> int:
+    """``flags`` O_RDONLY or O_RDWR; never through a symlink, a regular file only (StoreError)."""
+    if flags not in (os.O_RDONLY, os.O_RDWR):
+        raise ValueError(f"_open: flags must be O_RDONLY or O_RDWR, not {flags:#o}")
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | _O_CLOEXEC)
+        fd = open_write(path, read=True) if flags == os.O_RDWR else open_read(path, follow=False, nonblock=False)
     except OSError as e:
         raise StoreError(f"cannot open: {e.strerror}", path) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):

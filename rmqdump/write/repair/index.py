@@ -4,7 +4,6 @@ broker's IndexService writes them), or corrected in place."""
 from __future__ import annotations
 
 import os
-import struct
 import time
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from rmqdump.codec.layout import (
     INDEX_ENTRY,
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
+    INT32,
     PROPERTY_KEYS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     STORE_INDEX_DIR,
@@ -130,7 +130,7 @@ def _index_consistent(path: Path, geo, header) -> bool:
     finally:
         os.close(fd)
     count = header.effective_index_count
-    for (v,) in struct.iter_unpack(">i", table):
+    for (v,) in INT32.iter_unpack(table):
         if v > count or v < 0:
             return False
     return True

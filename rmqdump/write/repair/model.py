@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rmqdump.codec.layout import MIN_RECORD_SIZE_V1_IPV4
 
 MANIFEST = "manifest.json"
 
@@ -17,13 +18,10 @@ SALVAGE_CHOICES = ("truncate", "filler", "recrc")
 
 
 #: smallest record (V1, IPv4 hosts, empty topic/body/properties): the smallest filler
-MIN_FILLER = 91
+MIN_FILLER = MIN_RECORD_SIZE_V1_IPV4
 
 
 _CHUNK = 1 << 20
-
-
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass

@@ -3,13 +3,14 @@ neutralised (ROLLBACK fillers, tombstones in a queue's slot, a CRC rewrite, a cu
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from rmqdump.broker.systopics import LMQ_PREFIX
 from rmqdump.codec.encoder import FILLER_BODY_PREFIX, FILLER_TOPIC
 from rmqdump.codec.layout import (
     END_FILE_MIN_BLANK_LENGTH,
+    INT32,
+    MESSAGE_BODY_CRC_POSITION,
     PROPERTY_INNER_MULTI_DISPATCH,
     PROPERTY_INNER_MULTI_QUEUE_OFFSET,
     STORE_COMMITLOG_DIR,
@@ -251,7 +252,7 @@ def _recrc(cl, start: int, stop: int) -> tuple[int, bytes, str] | None:
     crc = body_crc(rec.body)
     if crc == rec.body_crc:
         return None
-    return (start + 8, struct.pack(">i", crc),
+    return (start + MESSAGE_BODY_CRC_POSITION, INT32.pack(crc),
             f"BODYCRC {rec.body_crc} -> {crc}: keep the record ({rec.topic}/{rec.queue_id} queue offset "
             f"{rec.queue_offset}) with its body as stored, although the body no longer matches what was written")
 

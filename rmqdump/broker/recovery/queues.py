@@ -1,0 +1,184 @@
+"""The consume queues as the broker's recovery sees them: their state after ``ConsumeQueue.recover``
+(with the load problems met on the way), ``maxPhyOffsetOfConsumeQueue``, and the entries each loses to
+``truncateDirtyLogicFiles``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdump.disk.fileio import open_regular
+from rmqdump.errors import RmqdumpError, StoreError
+from rmqdump.store.root import Store
+
+
+@dataclass
+class QueueState:
+    """One consume queue as the broker's ``ConsumeQueue.recover`` leaves it."""
+
+    topic: str
+    queue_id: int
+    path: Path
+    files: list  # MappedFileInfo of the files kept by recovery
+    file_size: int
+    max_offset: int  # entries (queue offset units)
+    max_physic_offset: int
+    first_offset: int  # queue offset of the first file's first unit
+    beyond: list[tuple[int, int]]  # valid (queue offset, commitlog offset) past the recovered end
+    cq: object = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}/{self.queue_id}"
+
+
+class CqProblem(str):
+    """A consume-queue file problem, as the text ``"<file>: <message>"`` (a ``str``, so it
+    serialises as one) with ``file``, ``message``, ``fatal`` (a 4.9 broker's ``load()`` fails)
+    and ``zero_last`` (a zero-length last file, which 5.x deletes instead of failing)."""
+
+    file: str
+    message: str
+    fatal: bool
+    zero_last: bool
+
+    def __new__(cls, file: str, message: str, fatal: bool, zero_last: bool = False) -> CqProblem:
+        obj = super().__new__(cls, f"{file}: {message}")
+        obj.file, obj.message, obj.fatal, obj.zero_last = file, message, fatal, zero_last
+        return obj
+
+    def __getnewargs__(self) -> tuple[str, str, bool, bool]:
+        return self.file, self.message, self.fatal, self.zero_last
+
+
+def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem]]:
+    """Every consume queue after the broker's CQ recovery, plus load problems found on the way."""
+    problems: list[CqProblem] = []
+    root = store.root
+    if root is None or store.path("consumequeue") is None:
+        return [], problems
+    from rmqdump.store.consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
+
+    try:
+        file_size = infer_store_cq_file_size(root)
+    except RmqdumpError as e:
+        problems.append(CqProblem("consumequeue", f"cannot infer the file size: {e.message}", False))
+        file_size = None
+    states: list[QueueState] = []
+    for ref in discover_queues(root):
+        label = f"consumequeue/{ref.topic}/{ref.queue_id}"
+        try:
+            cq = ConsumeQueue(ref.path, ref.topic, ref.queue_id, file_size, strict=False)
+        except RmqdumpError as e:
+            problems.append(CqProblem(label, e.message, True))
+            continue
+        for f in cq.files:
+            if cq.file_size and f.size != cq.file_size:
+                problems.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
+                                          f"{cq.file_size}: the broker refuses to load it", True,
+                                          f.size == 0 and f is cq.files[-1]))
+            elif cq.file_size and f.start % cq.file_size:
+                problems.append(CqProblem(f"{label}/{f.path.name}", f"start offset {f.start} is not a multiple of "
+                                          f"the file size {cq.file_size}", False))
+        for s in cq.stray_files:
+            problems.append(CqProblem(f"{label}/{s.name}", "not a numeric mapped-file name: the broker's load "
+                                      "fails on it", True))
+        for a, b in cq.missing_files():
+            problems.append(CqProblem(label, f"files missing for bytes [{a}, {b}): queue offsets "
+                                      f"{a // 20}..{b // 20 - 1} have no entries", False))
+        if not cq.files or not cq.file_size:
+            continue
+        try:
+            end = cq.max_offset
+            maxphy = cq.max_physic_offset
+            gone = {f.start for f in cq.truncated_files}
+            kept = [f for f in cq.files if f.start not in gone]
+            beyond = [(e.queue_offset, e.commit_log_offset) for e in _units(cq, end) if e.is_valid]
+        except RmqdumpError as e:
+            problems.append(CqProblem(label, e.message, False))
+            continue
+        states.append(QueueState(ref.topic, ref.queue_id, ref.path, kept, cq.file_size, end, maxphy,
+                                 cq.files[0].start // 20, beyond, cq))
+    return states, problems
+
+
+def _units(cq, start: int, stop: int | None = None):
+    """Raw units (valid or not) of a queue in [start, stop), skipping all-zero file remainders fast."""
+    unit = 20
+    for f in cq.files:
+        per_file = cq.file_size // unit
+        base = f.start // unit
+        lo = max(start, base)
+        hi = base + per_file if stop is None else min(stop, base + per_file)
+        if lo >= hi:
+            continue
+        try:
+            fd = open_regular(f.path)
+            try:
+                raw = os.pread(fd, (hi - lo) * unit, (lo - base) * unit)
+            finally:
+                os.close(fd)
+        except (OSError, StoreError):
+            raw = b"x"
+        if not raw.strip(b"\0"):
+            continue  # never written: every unit invalid
+        for u in cq.iter_raw(lo):
+            if u.queue_offset >= hi:
+                break
+            yield u
+
+
+def max_phy_offset_of_consume_queue(states: list[QueueState]) -> int:
+    """``recoverConsumeQueue``: max over queues of their ``maxPhysicOffset`` (−1 if none)."""
+    return max((s.max_physic_offset for s in states), default=-1)
+
+
+@dataclass
+class QueueTruncation:
+    """Entries one consume queue loses: past its first invalid entry, and to the commitlog truncation."""
+
+    queue: str
+    recovered_end: int
+    new_end: int
+    dropped: list[tuple[int, int]]  # (queue offset, commitlog offset)
+
+    @property
+    def count(self) -> int:
+        return len(self.dropped)
+
+
+def cq_truncation(state: QueueState, process_offset: int, truncate: bool) -> QueueTruncation:
+    """Emulate ``ConsumeQueue.truncateDirtyLogicFiles(processOffset)`` after ``recover()``."""
+    end = state.max_offset
+    dropped = list(state.beyond)
+    new_end = end
+    if truncate and state.files:
+        unit = 20
+        new_end = state.first_offset
+        for f in reversed(state.files):
+            base = f.start // unit
+            units = list(_first_units(state.cq, base, state.file_size // unit)) if base < end else []
+            if not units or units[0].commit_log_offset >= process_offset:
+                continue  # deleteLastMappedFile
+            keep = base + 1
+            for u in units[1:]:
+                if u.is_valid and u.commit_log_offset < process_offset:
+                    keep = u.queue_offset + 1
+                else:
+                    break
+            new_end = min(keep, end)
+            break
+        dropped += [(u.queue_offset, u.commit_log_offset) for u in _units(state.cq, new_end, end) if u.is_valid]
+    dropped.sort()
+    return QueueTruncation(state.name, end, new_end, dropped)
+
+
+def _first_units(cq, base: int, per_file: int):
+    """Units of the file starting at queue offset ``base``, up to the first invalid one (inclusive)."""
+    for u in cq.iter_raw(base):
+        if u.queue_offset >= base + per_file:
+            return
+        yield u
+        if not u.is_valid:
+            return

@@ -1,0 +1,95 @@
+"""The units of work over commitlog segments: one :class:`SegmentSplit` per segment of a store, and the
+:class:`SegmentReport` of how its walk ended."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdump.codec.layout import STORE_COMMITLOG_DIR
+from rmqdump.disk.segment import Segment
+from rmqdump.errors import StoreError
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.root import Store
+
+
+@dataclass(frozen=True)
+class SegmentSplit:
+    """One commitlog segment of one store: the unit of parallel work (picklable, paths as str)."""
+
+    store: str  # the path the user gave for the store
+    broker: str
+    path: str  # segment file
+    start: int
+    size: int
+    index: int  # position in the global split list (stable output file names)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def segment(self) -> Segment:
+        return Segment(Path(self.path), self.start, self.size)
+
+
+@dataclass
+class SegmentReport:
+    """How the walk of one segment ended."""
+
+    segment: str
+    records: int  # valid records walked (before filtering)
+    rows: int  # rows produced (after filtering)
+    stop_kind: str  # end_of_data, blank (clean BLANK end), or the invalid kind that stopped it
+    stop_offset: int
+    stop_detail: str
+    skipped: int  # damaged ranges stepped over (keep_going)
+
+
+def broker_name(path: str | os.PathLike) -> str:
+    """A default broker name for a store path: its directory name (the parent's for ``store``/``commitlog``
+    directories and segment files)."""
+    p = Path(os.path.abspath(path))
+    if p.is_file():
+        p = p.parent
+    if p.name == STORE_COMMITLOG_DIR:
+        p = p.parent
+    if p.name == "store" and p.parent.name:
+        p = p.parent
+    return p.name or str(p)
+
+
+def segment_splits(paths: Iterable[str | os.PathLike], brokers: dict[str, str] | None = None) -> list[SegmentSplit]:
+    """Every segment of every store in ``paths`` as a split (stores in the given order)."""
+    out: list[SegmentSplit] = []
+    for path in paths:
+        key = os.fspath(path)
+        cl = Store.open(key).commitlog
+        broker = (brokers or {}).get(key) or broker_name(key)
+        for seg in cl.segments:
+            out.append(SegmentSplit(key, broker, str(seg.path), seg.start, seg.size, len(out)))
+    return out
+
+
+def iter_splits(source: str | os.PathLike | Store | CommitLog | Segment | SegmentSplit,
+                broker: str | None = None) -> list[SegmentSplit]:
+    """The splits of any commitlog source (a path, Store, CommitLog, Segment or SegmentSplit)."""
+    if isinstance(source, SegmentSplit):
+        return [source]
+    if isinstance(source, Segment):
+        return [SegmentSplit(str(source.path), broker or broker_name(source.path), str(source.path),
+                             source.start, source.size, 0)]
+    if isinstance(source, Store):
+        label = str(source.root) if source.root is not None else str(source.commitlog.location)
+        segs = source.commitlog.segments
+    elif isinstance(source, CommitLog):
+        label = str(source.location)
+        segs = source.segments
+    elif isinstance(source, (str, os.PathLike)):
+        label = os.fspath(source)
+        segs = Store.open(label).commitlog.segments
+    else:
+        raise StoreError(f"not a commitlog source: {type(source).__name__}")
+    name = broker or broker_name(label)
+    return [SegmentSplit(label, name, str(s.path), s.start, s.size, i) for i, s in enumerate(segs)]

@@ -1,0 +1,155 @@
+"""Consume queues on disk: the RocksDB check (5.2+ ``storeType=defaultRocksDB``), the
+``<kind>/<topic>/<queueId>/`` directories, a queue's mapped files, and the file size a store's queues share."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdump.codec.layout import (
+    BCQ_STORE_UNIT_SIZE,
+    CQ_STORE_UNIT_SIZE,
+    FILE_NAME_DIGITS,
+    STORE_BATCH_CONSUMEQUEUE_DIR,
+    STORE_CONSUMEQUEUE_DIR,
+)
+from rmqdump.errors import FormatError, StoreError, UnsupportedError
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+_FILE_NAME_RE = re.compile(rf"[0-9]{{{FILE_NAME_DIGITS}}}")
+_QUEUE_ID_RE = re.compile(r"[+-]?[0-9]+")
+_ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK")
+
+
+def _is_rocksdb_dir(path: Path) -> bool:
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"cannot list directory: {exc.strerror}", path) from None
+    for e in entries:
+        if not e.is_file(follow_symlinks=False):
+            continue
+        if e.name in _ROCKSDB_MARKERS or e.name.startswith("MANIFEST-") or e.name.endswith(".sst"):
+            return True
+    return False
+
+
+def is_rocksdb_consumequeue(store_root: str | os.PathLike) -> bool:
+    """True if ``consumequeue/`` holds a RocksDB database (5.2+ ``storeType=defaultRocksDB``)."""
+    return _is_rocksdb_dir(Path(store_root) / STORE_CONSUMEQUEUE_DIR)
+
+
+def check_not_rocksdb(store_root: str | os.PathLike) -> None:
+    """Raise :class:`UnsupportedError` for a RocksDB consume queue."""
+    cq_dir = Path(store_root) / STORE_CONSUMEQUEUE_DIR
+    if _is_rocksdb_dir(cq_dir):
+        raise UnsupportedError("consumequeue is a RocksDB database (storeType=defaultRocksDB); not decoded", cq_dir)
+
+
+def parse_queue_id(name: str) -> int | None:
+    """``Integer.parseInt`` of a queue dir name (ASCII digits); None if the broker would skip it."""
+    if not _QUEUE_ID_RE.fullmatch(name):
+        return None
+    value = int(name)
+    return value if INT32_MIN <= value <= INT32_MAX else None
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A ``<kind>/<topic>/<queueId>/`` directory found on disk."""
+
+    topic: str
+    queue_id: int
+    path: Path
+    batch: bool = False
+
+
+def _scandir_dirs(path: Path) -> list[os.DirEntry]:
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise StoreError(f"cannot list directory: {exc.strerror}", path) from None
+    # Symlinked dirs are skipped: a forensic reader never leaves the store tree.
+    return sorted((e for e in entries if e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
+
+
+def discover_queues(store_root: str | os.PathLike, batch: bool = False) -> Iterator[QueueRef]:
+    """Yield every ``consumequeue/TOPIC/QID`` (or ``batchconsumequeue``) dir, sorted by name.
+
+    Non-numeric queue dirs are skipped like the broker does. Raises
+    :class:`UnsupportedError` for a RocksDB consume queue.
+    """
+    root = Path(store_root)
+    if not batch:
+        check_not_rocksdb(root)
+    base = root / (STORE_BATCH_CONSUMEQUEUE_DIR if batch else STORE_CONSUMEQUEUE_DIR)
+    for topic_entry in _scandir_dirs(base):
+        for qid_entry in _scandir_dirs(Path(topic_entry.path)):
+            qid = parse_queue_id(qid_entry.name)
+            if qid is not None:
+                yield QueueRef(topic_entry.name, qid, Path(qid_entry.path), batch)
+
+
+@dataclass(frozen=True)
+class MappedFileInfo:
+    """One mapped file of a queue: start byte offset, path and on-disk size."""
+
+    start: int
+    path: Path
+    size: int
+
+
+def list_mapped_files(queue_dir: str | os.PathLike) -> tuple[list[MappedFileInfo], list[Path]]:
+    """Files named by 20-digit offsets (sorted) and the stray entries that are not."""
+    qdir = Path(queue_dir)
+    try:
+        entries = list(os.scandir(qdir))
+    except OSError as exc:
+        raise StoreError(f"cannot list queue directory: {exc.strerror}", qdir) from None
+    files: list[MappedFileInfo] = []
+    stray: list[Path] = []
+    for e in entries:
+        if e.is_dir(follow_symlinks=False):
+            continue  # sub-directories are skipped by the broker (5.x)
+        if not _FILE_NAME_RE.fullmatch(e.name) or not e.is_file(follow_symlinks=False):
+            stray.append(Path(e.path))
+            continue
+        try:
+            size = e.stat(follow_symlinks=False).st_size
+        except OSError as exc:
+            raise StoreError(f"cannot stat: {exc.strerror}", e.path) from None
+        files.append(MappedFileInfo(int(e.name), Path(e.path), size))
+    files.sort(key=lambda f: f.start)
+    return files, sorted(stray)
+
+
+def infer_file_size(files: list[MappedFileInfo], unit_size: int = CQ_STORE_UNIT_SIZE) -> int | None:
+    """A queue's file size: the first non-last file's size, else the last file's size."""
+    if not files:
+        return None
+    size = files[0].size
+    if size <= 0 or size % unit_size:
+        raise FormatError(f"mapped file size {size} is not a positive multiple of {unit_size}", files[0].path)
+    return size
+
+
+def infer_store_cq_file_size(store_root: str | os.PathLike, batch: bool = False) -> int | None:
+    """The CQ file size shared by a store: from the first queue with 2+ files, else a last file."""
+    unit = BCQ_STORE_UNIT_SIZE if batch else CQ_STORE_UNIT_SIZE
+    fallback: list[MappedFileInfo] = []
+    for ref in discover_queues(store_root, batch=batch):
+        files, _ = list_mapped_files(ref.path)
+        files = [f for f in files if f.size]  # a zero-length file is a crash artefact, not a size
+        if len(files) >= 2:
+            return infer_file_size(files, unit)
+        if files and not fallback:
+            fallback = files
+    return infer_file_size(fallback, unit) if fallback else None
