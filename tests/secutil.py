@@ -306,3 +306,23 @@ def ro_mount_prefix(path: Path) -> list[str] | None:
     except FileNotFoundError:
         pass
     return prefix
+
+
+def crafted_resync_segment(path, file_size: int = 16 << 20, window: int = 8 << 20, spacing: int = 128,
+                           claimed: int = 4 << 20) -> None:
+    """A commitlog segment that is a resync trap: one good record, a damaged byte, then ``window`` bytes of
+    overlapping candidates every ``spacing`` bytes, each structurally valid (V1 magic, PHYSICALOFFSET equal to
+    its position, TOTALSIZE ``claimed`` with a consistent BODYLEN) but with a wrong BODYCRC. A resync that
+    CRC-checks every candidate body costs O(window x claimed)."""
+    from rmqdump.codec.encoder import encode_fields
+    from rmqdump.codec.layout import MESSAGE_MAGIC_CODE, RECORD_FIXED_V4V4
+
+    buf = bytearray(file_size)
+    good = encode_fields(topic=b"T", body=b"ok", properties=b"", store_timestamp=1_700_000_000_000)
+    buf[:len(good)] = good
+    buf[len(good)] = 0x55  # damage right after it
+    blen = claimed - RECORD_FIXED_V4V4.size - 1 - 2  # body, 1-byte topic length, empty topic, 2-byte props length
+    for pos in range(len(good) + spacing, len(good) + window, spacing):
+        RECORD_FIXED_V4V4.pack_into(buf, pos, claimed, MESSAGE_MAGIC_CODE, 12345, 0, 0, 0, pos, 0, 0,
+                                    b"\x7f\0\0\1", 1, 0, b"\x7f\0\0\1", 2, 0, 0, blen)
+    path.write_bytes(bytes(buf))

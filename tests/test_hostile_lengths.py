@@ -240,3 +240,21 @@ def _clean_baseline_plain(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as d:
         shutil.copytree(real_store("clean"), Path(d) / "s")
         return run_cli([a.replace("{s}", str(Path(d) / "s")) for a in argv], timeout=60).maxrss_kb
+
+
+@pytest.mark.parametrize("fast", ["0", "1"])
+@pytest.mark.parametrize("argv", [["verify", "{cl}", "--keep-going", "-f", "json"], ["scan", "{cl}", "--keep-going"],
+                                  ["stats", "{cl}", "-f", "json"], ["pending", "{cl}", "-f", "json"]])
+def test_resync_trap_costs_linear_time(tmp_path, argv, fast):
+    """Overlapping, structurally valid candidate records with wrong CRCs (a crafted resync trap) cost
+    bounded CRC work: the command finishes in seconds, reports the damage, and says the resync gave up."""
+    from secutil import crafted_resync_segment
+
+    cl = tmp_path / "commitlog"
+    cl.mkdir()
+    crafted_resync_segment(cl / "00000000000000000000")
+    r = run_cli([a.replace("{cl}", str(cl)) for a in argv], timeout=20, env={"RMQDUMP_FAST": fast})
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.describe()
+    if argv[0] == "verify":
+        assert "resynchronisation gave up" in r.stdout, r.stdout[:2000]
+    assert r.maxrss_kb < 300_000, r.describe()

@@ -250,3 +250,50 @@ def test_evidence_hash_file_never_reads_special_files(tmp_path):
     assert "not a regular file" in hash_file(tmp_path / "fifo")["error"]
     zero = hash_file(tmp_path / "zero")
     assert zero["symlink_to"] == "/dev/zero" and "not a regular file" in zero["error"]
+
+
+def _first_segment(store: Path) -> Path:
+    return sorted(p for p in (store / "commitlog").iterdir() if p.is_file())[0]
+
+
+@pytest.mark.parametrize("target", ["segment", "config", "new_in_root", "symlink_into_store", "hardlink"])
+@pytest.mark.parametrize("given", ["root", "commitlog_dir", "segment"])
+def test_export_never_writes_into_the_store(copy_of, tmp_path, target, given):
+    """`export --to` (also with --overwrite) refuses every path that lands in the store it reads: one of its
+    files, a new file in it, a symlink pointing into it, a hard link to one of its files; the store stays
+    byte-identical and nothing is written."""
+    store = copy_of("fixture")
+    seg = _first_segment(store)
+    cfg = next(p for p in sorted((store / "config").iterdir()) if p.suffix == ".json")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    to = {"segment": seg, "config": cfg, "new_in_root": store / "out.jsonl"}.get(target)
+    if target == "symlink_into_store":
+        to = outside / "link.jsonl"
+        to.symlink_to(seg)
+    elif target == "hardlink":
+        to = outside / "hard.jsonl"
+        to.hardlink_to(seg)
+    src = {"root": store, "commitlog_dir": store / "commitlog", "segment": seg}[given]
+    before = snapshot(store)
+    r = run_cli(["export", src, "--to", to, "--format", "jsonl", "--overwrite"], timeout=120)
+    assert r.returncode == 2 and ("inside the store" in r.stderr or "hard links" in r.stderr), r.describe()
+    assert len(r.stderr.strip().splitlines()) == 1, r.describe()
+    assert not diff_snapshots(before, snapshot(store))
+
+
+def test_spark_export_out_inside_the_store_is_refused_before_spark(copy_of):
+    store = copy_of("fixture")
+    before = snapshot(store)
+    r = run_cli(["spark", "export", store, "--out", store / "exported"], timeout=60)
+    assert r.returncode == 2 and "inside the store" in r.stderr, r.describe()
+    assert not diff_snapshots(before, snapshot(store))
+    assert not (store / "exported").exists()
+
+
+def test_export_next_to_the_store_still_works(copy_of, tmp_path):
+    """The guard refuses only what is in the store: a sibling directory is fine."""
+    store = copy_of("fixture")
+    r = run_cli(["export", store, "--to", tmp_path / "out.jsonl"], timeout=120)
+    assert r.returncode == 0, r.describe()
+    assert (tmp_path / "out.jsonl").stat().st_size > 0

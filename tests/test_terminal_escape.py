@@ -221,3 +221,37 @@ def test_terminal_output_has_no_injected_sequences(hostile, cmd, args):
     assert rc in (0, 1, 2) and "Traceback" not in text, text[-3000:]
     found = [s for s in INJECTED if s in text]
     assert not found, f"injected {found!r} reached the terminal:\n{text[:3000]!r}"
+
+
+#: non-table renderings on a terminal: every format is escaped there (piped output stays byte-exact)
+FORMAT_RUNS = [
+    ("scan", ["-f", "csv", "--body", "text"]),
+    ("scan", ["-f", "jsonl", "--body", "text"]),
+    ("scan", ["-f", "json", "--body", "text"]),
+    ("lookup", ["--key", "kk", "-f", "csv", "--body", "text"]),
+    ("lookup", ["--key", "kk", "-f", "jsonl", "--body", "text"]),
+    ("stats", ["-f", "json"]),
+    ("verify", ["-f", "json"]),
+    ("info", ["-f", "json"]),
+    ("consumers", ["-f", "csv"]),
+    ("pending", ["-f", "jsonl", "--all"]),
+]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pty semantics checked on Linux")
+@pytest.mark.parametrize("cmd,args", FORMAT_RUNS, ids=_ids(FORMAT_RUNS))
+def test_every_format_on_a_terminal_is_escaped(hostile, cmd, args):
+    """CSV, JSON and JSONL on a terminal carry no raw control, C1 or bidi character (JSON keeps its value:
+    ``\\uNNNN`` escapes); the same commands piped stay byte-exact (test_piped_* and the JSON tests)."""
+    _require(cmd)
+    rc, text = _run_on_pty([cmd, hostile, *args, "-q"])
+    assert rc in (0, 1), text[-2000:]
+    text = text.replace("\r\r\n", "\n").replace("\r\n", "\n")  # line ends: CSV's own, the pty's onlcr
+    bad = sorted({f"U+{ord(m.group()):04X}" for m in FORBIDDEN.finditer(text)})
+    assert not bad, f"rmqdump {cmd} {' '.join(args)!r} on a terminal wrote raw {bad}:\n{text[:3000]!r}"
+
+
+def test_piped_json_keeps_the_data_exact(hostile):
+    """Escaping is for terminals only: piped JSONL carries the bidi override as the character itself."""
+    r = run_cli(["scan", hostile, "-f", "jsonl", "--body", "text"], timeout=60)
+    assert RLO in r.stdout

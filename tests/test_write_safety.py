@@ -268,3 +268,57 @@ def test_fsync_file_is_real(tmp_path):
     res = _append(store)
     assert res.exit_code == 0 and '"offset"' in res.stdout, res.stdout + res.stderr
     assert sha256_file(seg) != h and time.time() - t0 < 30
+
+
+def _fixture_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "store"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "fixtures" / "store", dst)
+    return dst
+
+
+def _hold(code: str, *args: str) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+@pytest.mark.skipif(not hasattr(__import__("fcntl"), "F_OFD_SETLK"), reason="no OFD locks here")
+def test_an_ofd_lock_holder_is_not_called_process_minus_one(tmp_path):
+    """F_GETLK reports pid -1 for an open-file-description lock: the refusal says so in words."""
+    _require("append")
+    store = _fixture_copy(tmp_path)
+    code = ("import fcntl, os, struct, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+            "fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 1, 0)); "
+            "print('ready', flush=True); sys.stdin.read()")
+    p = _hold(code, str(store / "lock"))
+    try:
+        before = snapshot(store)
+        res = _append(store, "--force")
+        _no_traceback(res)
+        assert res.exit_code == 2 and "process -1" not in res.stderr, res.stderr
+        assert "open-file-description lock" in res.stderr, res.stderr
+        assert snapshot(store) == before
+    finally:
+        p.stdin.close()
+        p.wait(timeout=10)
+
+
+def test_a_quoted_command_line_stays_one_printable_line(tmp_path):
+    """The refusal names a process that has the store open by its command line: escapes and newlines in it
+    are shown escaped, on the error's one line."""
+    _require("append")
+    store = _fixture_copy(tmp_path)
+    seg = sorted((store / "commitlog").iterdir())[0]
+    inner = "import sys; f = open(sys.argv[1], 'rb'); print('ready', flush=True); sys.stdin.read()"
+    code = "import os, sys; os.execv(sys.executable, [sys.argv[2], '-c', sys.argv[3], sys.argv[1]])"  # argv[0] is ours
+    p = _hold(code, str(seg), "\x1b[2Jfake\nSECOND LINE\u202e", inner)
+    try:
+        res = _append(store)
+        _no_traceback(res)
+        err = res.stderr
+        assert res.exit_code == 2 and str(p.pid) in err, err
+        assert "\x1b" not in err and "\u202e" not in err and len(err.strip().splitlines()) == 1, repr(err)
+        assert "\\x1b[2Jfake\\x0aSECOND LINE" in err, repr(err)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=10)

@@ -80,6 +80,14 @@ def _open_lock(path: Path, *, write: bool = False, create: bool = False) -> int 
     return fd
 
 
+def describe_holder(pid: int | None) -> str:
+    """Who holds a lock, in words: ``process N``, or for an open-file-description lock (``F_GETLK``
+    reports pid -1: the holder is a file description, not a process) ``an OFD lock of an unknown process``."""
+    if pid is None or pid <= 0:
+        return "an open-file-description lock of an unknown process"
+    return f"process {pid}"
+
+
 def getlk_holder(fd: int) -> int | None:
     """``F_GETLK`` for an exclusive lock on byte 0: the PID of a conflicting holder, or None.
 
@@ -169,7 +177,7 @@ class StoreLock:
                     raise LockError(f"cannot lock: {exc.strerror}", self.path) from None
             pid = getlk_holder(fd)
             if pid is not None:
-                raise LockError(f"store is locked by process {pid} (a running broker?)", self.path, pid=pid)
+                raise LockError(f"store is locked by {describe_holder(pid)} (a running broker?)", self.path, pid=pid)
             if time.monotonic() >= deadline:
                 raise LockError("store lock is busy", self.path)
             time.sleep(0.01)

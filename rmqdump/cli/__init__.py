@@ -82,7 +82,9 @@ class LazyGroup(click.Group):
                 msg = str(e)
             else:
                 msg = (f"{e.filename}: " if getattr(e, "filename", None) else "") + (e.strerror or str(e))
-            click.echo(f"rmqdump: error: {msg}", err=True)
+            from rmqdump.cli.output import escape_control
+
+            click.echo(f"rmqdump: error: {escape_control(msg)}", err=True)  # one line, whatever it quotes
             ctx.exit(2)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -54,6 +54,22 @@ def _dumps(obj, indent: int | None = None) -> str:
     return text
 
 
+_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_json(text: str) -> str:
+    """JSON text for a terminal: DEL, C1 controls, line separators and bidi overrides (which ``json.dumps``
+    leaves raw) become ``\\uNNNN`` escapes; the JSON value is the same."""
+    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _stdout_is_terminal(out) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _plain(s: str) -> str:
     """Text for CSV: lone surrogates spelled ``\\udcNN`` so the UTF-8 stream can take them."""
     return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
@@ -119,20 +135,27 @@ class RecordWriter:
         self._pending: list[dict] = []
         self._csv = None
         self._console = stdout_console() if fmt == "table" else None
+        # on a terminal every format is escaped (piped output stays byte-exact)
+        self._tty = fmt != "table" and _stdout_is_terminal(self.out)
 
     def write(self, row: dict) -> None:
         fmt = self.fmt
         if fmt == "jsonl":
-            self.out.write(_dumps(row) + "\n")
+            text = _dumps(row)
+            self.out.write((terminal_json(text) if self._tty else text) + "\n")
         elif fmt == "json":
-            self.out.write(("[\n" if self.count == 0 else ",\n") + _dumps(row))
+            text = _dumps(row)
+            self.out.write(("[\n" if self.count == 0 else ",\n") + (terminal_json(text) if self._tty else text))
         elif fmt == "csv":
             if self._csv is None:
                 import csv
 
                 self._csv = csv.writer(self.out)
                 self._csv.writerow(self.columns)
-            self._csv.writerow([_csv_cell(row.get(c)) for c in self.columns])
+            cells = [_csv_cell(row.get(c)) for c in self.columns]
+            if self._tty:
+                cells = [escape_control(c) if isinstance(c, str) else c for c in cells]
+            self._csv.writerow(cells)
         else:
             self._pending.append(row)
             if len(self._pending) >= 200:
@@ -193,7 +216,8 @@ def _csv_cell(v):
 def emit_document(doc, fmt: str, render_table: Callable[[Console, object], None]) -> None:
     """Print one document (info, stats, verify report): JSON for json/jsonl, rich for table."""
     if fmt in ("json", "jsonl"):
-        sys.stdout.write(_dumps(doc, indent=2 if fmt == "json" else None) + "\n")
+        text = _dumps(doc, indent=2 if fmt == "json" else None)
+        sys.stdout.write((terminal_json(text) if _stdout_is_terminal(sys.stdout) else text) + "\n")
     elif fmt == "csv":
         raise ValueError("csv is not available for this command")
     else:

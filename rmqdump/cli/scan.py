@@ -209,6 +209,8 @@ def _fast_renderer(decoder: BodyDecoder, decompress: bool, quiet: bool):
     enc = getattr(sys.stdout, "encoding", None)
     if not hasattr(sys.stdout, "buffer") or not enc or codecs.lookup(enc).name != "utf-8":
         return None
+    if sys.stdout.isatty():
+        return None  # a terminal gets escaped rows (RecordWriter), not the raw fast stream
     from rmqdump.fast import render as fastrender
     from rmqdump.fast import walk as fastwalk
 

@@ -118,7 +118,7 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     from rmqdump.rows.export import check_output, parse_partition_by
 
     cols = parse_partition_by(partition_by)
-    check_output(out, partitioned=True)  # before paying for a session
+    check_output(out, partitioned=True, stores=stores)  # before paying for a session
     opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
                         no_mmap, max_message_size)
     t0 = time.perf_counter()

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import StoreError
 
 MANIFEST_VERSION = 1
@@ -236,9 +237,7 @@ def write_evidence(file: str | os.PathLike, store: str | os.PathLike | None = No
     out = Path(os.path.abspath(file))
     real_out = Path(os.path.realpath(out))
     if doc["store"] is not None:
-        root = Path(os.path.realpath(doc["store"]))
-        if _is_within(real_out, root):
-            raise StoreError("refusing to write the evidence manifest inside the store it describes", out)
+        refuse_inside(out, [doc["store"]], "the evidence manifest")
     if str(real_out) in {os.path.realpath(e["path"]) for e in doc["files"]}:
         raise StoreError("refusing to overwrite a file that was read", out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -8,6 +8,7 @@ decoder unpacks in place; the pread reader reuses one window buffer.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from dataclasses import dataclass, field
@@ -26,11 +27,28 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:0{FILE_NAME_DIGITS}d}"
 
 
+#: ``Long.MAX_VALUE``: the broker parses mapped-file names with ``Long.parseLong``
+JAVA_LONG_MAX = (1 << 63) - 1
+
+
 def parse_file_name(name: str) -> int | None:
-    """Start offset encoded in a 20-digit mapped-file name, or None if it is not one."""
+    """Start offset encoded in a 20-digit mapped-file name, or None if it is not one (also when the
+    digits exceed ``Long.MAX_VALUE``: see :func:`name_out_of_range`)."""
     if len(name) == FILE_NAME_DIGITS and name.isascii() and name.isdigit():
-        return int(name)
+        start = int(name)
+        return start if start <= JAVA_LONG_MAX else None
     return None
+
+
+def name_out_of_range(name: str) -> bool:
+    """A 20-digit name above ``Long.MAX_VALUE``: ``Long.parseLong`` throws on it when the broker loads."""
+    return len(name) == FILE_NAME_DIGITS and name.isascii() and name.isdigit() and int(name) > JAVA_LONG_MAX
+
+
+def java_parses_name(name: str) -> bool:
+    """Whether ``Long.parseLong`` accepts ``name`` (ASCII digits up to ``Long.MAX_VALUE``; the broker
+    loads such a file whatever its length)."""
+    return name.isascii() and name.isdigit() and int(name) <= JAVA_LONG_MAX
 
 
 @dataclass(frozen=True)
@@ -39,7 +57,7 @@ class Segment:
 
     path: Path
     start: int
-    size: int  # actual size on disk
+    size: int  # its size when listed (capped at the store's file size): readers never read past it
     name: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +90,23 @@ class SegmentReader:
     def release(self, upto: int) -> None:
         """Hint that bytes before ``upto`` will not be read again (drops mapped pages from RSS)."""
 
+    def next_data(self, pos: int) -> int | None:
+        """The first position >= ``pos`` that may hold data (``SEEK_DATA``: holes of a sparse file are
+        skipped without reading them), None when only holes remain; ``pos`` where the filesystem cannot say."""
+        if pos >= self.size:
+            return None
+        try:
+            fd = open_regular(self.segment.path)
+        except StoreError:
+            return pos
+        try:
+            nxt = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            return None if e.errno == errno.ENXIO else pos
+        finally:
+            os.close(fd)
+        return nxt if nxt < self.size else None
+
     def close(self) -> None:
         pass
 
@@ -96,7 +131,7 @@ class MmapReader(SegmentReader):
         self._released = 0
         fd = _open_ro(segment.path)
         try:
-            self.size = os.fstat(fd).st_size
+            self.size = min(os.fstat(fd).st_size, segment.size)
             self.mm = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else b""
         except (OSError, ValueError) as e:
             raise StoreError(f"cannot map: {e}", segment.path) from None
@@ -140,7 +175,7 @@ class PreadReader(SegmentReader):
     def __init__(self, segment: Segment, window: int = DEFAULT_WINDOW):
         self.segment = segment
         self.fd = _open_ro(segment.path)
-        self.size = os.fstat(self.fd).st_size
+        self.size = min(os.fstat(self.fd).st_size, segment.size)
         self.buf = bytearray(min(window, max(self.size, 1)))
         self.win_start = 0
         self.win_len = 0
@@ -148,7 +183,7 @@ class PreadReader(SegmentReader):
     def view(self, pos: int, n: int):
         if pos >= self.win_start and pos + n <= self.win_start + self.win_len:
             return self.buf, pos - self.win_start, n
-        self.size = os.fstat(self.fd).st_size
+        self.size = min(os.fstat(self.fd).st_size, self.segment.size)
         want = min(n, max(0, self.size - pos))
         if want > len(self.buf):
             self.buf = bytearray(want)

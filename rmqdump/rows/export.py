@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from rmqdump.disk.guard import protected_root, refuse_inside
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.rows.arrow import (
     DEFAULT_BATCH_SIZE,
@@ -390,21 +391,39 @@ def infer_format(to: str | os.PathLike, fmt: str | None) -> str:
     return _SUFFIXES[suffix]
 
 
-def check_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False) -> Path:
+def store_roots(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """The directories an export of ``paths`` must never write into: each input's store root (or the
+    input itself, or a lone segment's directory, when no store root is found)."""
+    from rmqdump.store.root import Store
+
+    out = []
+    for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
+        try:
+            root = Store.open(p).root
+        except RmqdumpError:
+            root = None
+        out.append(str(root) if root is not None else protected_root(p))
+    return out
+
+
+def check_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False,
+                 stores: Sequence[str | os.PathLike] = ()) -> Path:
     """Refuse an output location :func:`prepare_output` would refuse, without creating anything."""
-    out = Path(to)
+    out = refuse_inside(to, store_roots(stores) if stores else (), "the export output")
     if partitioned:
         if out.exists() and not out.is_dir():
             raise StoreError("output exists and is not a directory", out)
         if out.is_dir() and any(out.iterdir()):
             raise StoreError("output directory is not empty", out)
         return out
-    return prepare_output(to, partitioned, overwrite)
+    return prepare_output(to, partitioned, overwrite, stores)
 
 
-def prepare_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False) -> Path:
-    """Check the output location: a file (replaced only with ``overwrite``) or an empty/new directory."""
-    out = Path(to)
+def prepare_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = False,
+                   stores: Sequence[str | os.PathLike] = ()) -> Path:
+    """Check the output location: a file (replaced only with ``overwrite``) or an empty/new directory,
+    never inside one of the ``stores`` read (:func:`rmqdump.disk.guard.refuse_inside`)."""
+    out = refuse_inside(to, store_roots(stores) if stores else (), "the export output")
     if partitioned:
         check_output(out, True)
         out.mkdir(parents=True, exist_ok=True)
@@ -453,7 +472,7 @@ def export(paths: str | os.PathLike | Sequence[str | os.PathLike], to: str | os.
         splits = iter_splits(paths, broker)
     else:
         splits = segment_splits(paths)
-    out = prepare_output(to, bool(cols), overwrite)
+    out = prepare_output(to, bool(cols), overwrite, [paths] if isinstance(paths, (str, os.PathLike)) else paths)
     total = sum(s.size for s in splits)
     writer = DatasetWriter(out, fmt, cols, compression=compression)
     result = ExportResult()

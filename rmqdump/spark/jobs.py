@@ -148,7 +148,7 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
     cols = parse_partition_by(partition_by)
     stores = _as_list(paths)
     splits = rarrow.segment_splits(stores)
-    target = prepare_output(out, partitioned=True)
+    target = prepare_output(out, partitioned=True, stores=stores)
     result = ExportResult()
     if splits:
         spare = min(2, spark.sparkContext.defaultParallelism // len(splits))

@@ -9,21 +9,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqdump.codec.layout import (
+    INT32,
     INT64,
     MAX_RECORD_SIZE,
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
+    MIN_RECORD_SIZE_V1_IPV4,
     PHY_POS_POSITION,
     STORE_COMMITLOG_DIR,
     SYSFLAG_POSITION,
 )
 from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
-from rmqdump.disk.segment import MmapReader, Segment, SegmentReader, parse_file_name
+from rmqdump.disk.segment import MmapReader, Segment, SegmentReader, name_out_of_range, parse_file_name
 from rmqdump.errors import StoreError
 from rmqdump.findings import ERROR, WARNING, Finding
 
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
 _RESYNC_CHUNK = 1 << 20
+_HOLE_PROBE_EVERY = 64 << 20  # bytes searched before asking the filesystem for the next data again
+#: resync CRC budget: this many bytes, plus RESYNC_CRC_PER_BYTE per byte scanned (see Walk._resync)
+RESYNC_CRC_BASE = 64 << 20
+RESYNC_CRC_PER_BYTE = 4
 _RELEASE_EVERY = 32 << 20
 
 
@@ -71,6 +77,11 @@ class CommitLog:
                                         "a 20-digit entry that is not a regular file (FIFO, socket, device or "
                                         "dangling link); not read"))
                 continue
+            if start is None and name_out_of_range(e.name):
+                problems.append(Finding(ERROR, "segment_name", str(Path(e.path)), None,
+                                        "20-digit name above Long.MAX_VALUE: the broker cannot parse it "
+                                        "(NumberFormatException at load); not read"))
+                continue
             if start is None:
                 problems.append(Finding(WARNING, "stray_file", str(Path(e.path)), None,
                                         "not a 20-digit segment name; ignored"))
@@ -85,8 +96,13 @@ class CommitLog:
                 problems.append(Finding(ERROR, "zero_length_segment", str(s.path), None,
                                         "zero-length segment (the 4.9 broker refuses to start)"))
             elif s.size != file_size:
+                over = s.size > file_size
                 problems.append(Finding(ERROR, "segment_size", str(s.path), None,
-                                        f"size {s.size} differs from the store's file size {file_size}"))
+                                        f"size {s.size} differs from the store's file size {file_size}"
+                                        + (f"; only its first {file_size} bytes are read (the broker refuses to "
+                                           "load it)" if over else "")))
+        # work follows the store's geometry, not a file's claimed size (a huge sparse file costs nothing)
+        segs = [Segment(s.path, s.start, file_size) if file_size and s.size > file_size else s for s in segs]
         for a, b in zip(segs, segs[1:], strict=False):
             if file_size and a.start + file_size != b.start:
                 problems.append(Finding(ERROR, "segment_gap", str(b.path), None,
@@ -164,6 +180,7 @@ class Walk:
         self.end_offset = self.start
         self.records = 0
         self.bytes_done = 0  # segment bytes consumed so far (for progress)
+        self.resync_gave_up = 0  # bytes CRC-checked by the last resync that ran out of budget (0: it did not)
 
     def __iter__(self) -> Iterator[Message | Blank | Skipped]:
         segs = [s for s in self.cl.segments if s.start + s.size > self.start]
@@ -219,6 +236,7 @@ class Walk:
                 return True
             nxt = self._resync(seg, r, pos + 1)
             if nxt is None:
+                rec = self.with_give_up(rec)
                 if self._pending is None:
                     self._pending, self._pending_end = rec, seg.end
                 return False  # nothing trusted in the rest of this file: try the next one
@@ -227,9 +245,24 @@ class Walk:
             pos = nxt
 
     def _resync(self, seg: Segment, r: SegmentReader, lo: int) -> int | None:
-        """First segment position >= ``lo`` holding a trusted record, or None."""
+        """First segment position >= ``lo`` holding a trusted record, or None.
+
+        Bounded work: candidates are CRC-checked against a budget of :data:`RESYNC_CRC_BASE` bytes plus
+        :data:`RESYNC_CRC_PER_BYTE` per byte scanned, so overlapping crafted candidates (valid headers,
+        wrong CRCs, big bodies) cost time linear in the file, never quadratic. When the budget runs out
+        the search gives up (None; :attr:`resync_gave_up` holds the bytes checked).
+        """
+        self.resync_gave_up = 0
+        spent = 0
         p = lo + 4  # the magic of a record starting at >= lo sits at >= lo + 4
+        probe = p
         while p + 4 <= r.size:
+            if p >= probe:  # jump over the holes of a sparse file without reading them (SEEK_DATA)
+                nxt = r.next_data(p)
+                if nxt is None:
+                    return None
+                p, probe = max(p, nxt), max(p, nxt) + _HOLE_PROBE_EVERY
+                r.release(p - 8)
             buf, i, avail = r.view(p, min(_RESYNC_CHUNK, r.size - p))
             if avail < 4:
                 return None
@@ -240,10 +273,37 @@ class Walk:
                     cands.append(p + (f - i) - 4)
                     f = buf.find(magic, f + 1, i + avail)
             for cand in sorted(cands):
+                cost = self._candidate_cost(seg, r, cand)
+                if cost < 0:
+                    continue
+                spent += cost
+                if spent > RESYNC_CRC_BASE + RESYNC_CRC_PER_BYTE * (cand - lo):
+                    self.resync_gave_up = spent
+                    return None
                 if self._trusted(seg, r, cand):
                     return cand
             p += max(1, avail - 3)
         return None
+
+    def with_give_up(self, rec: Invalid) -> Invalid:
+        """``rec`` with a note when the last resync ran out of its CRC budget (else ``rec`` itself)."""
+        if not self.resync_gave_up:
+            return rec
+        return Invalid(rec.offset, rec.file, rec.file_pos, rec.kind,
+                       f"{rec.detail}; resynchronisation gave up after CRC-checking {self.resync_gave_up} bytes of "
+                       "candidate records (crafted or heavily damaged bytes): the rest of this file is one damaged "
+                       "range", rec.size)
+
+    def _candidate_cost(self, seg: Segment, r: SegmentReader, cand: int) -> int:
+        """Bytes a CRC check of the candidate at ``cand`` would read (its TOTALSIZE), or -1 when its
+        header already rules it out (PHYSICALOFFSET not its position, TOTALSIZE out of range)."""
+        buf, i, avail = r.view(cand, SYSFLAG_POSITION)
+        if avail < SYSFLAG_POSITION or INT64.unpack_from(buf, i + PHY_POS_POSITION)[0] != seg.start + cand:
+            return -1
+        total = INT32.unpack_from(buf, i)[0]
+        if total < MIN_RECORD_SIZE_V1_IPV4 or total > min(self.max_record_size, r.size - cand):
+            return -1
+        return total
 
     def _trusted(self, seg: Segment, r: SegmentReader, cand: int) -> bool:
         """Resync rule: valid magic, PHYSICALOFFSET equal to the position, body CRC matching."""

@@ -30,8 +30,9 @@ BAK_SUFFIX = ".bak"
 TOPIC_GROUP_SEPARATOR = "@"
 #: nesting limit of the parser (hostile input must not exhaust the stack)
 MAX_DEPTH = 256
-#: config files larger than this are refused (the broker reads them whole too)
-MAX_CONFIG_BYTES = 256 * 1024 * 1024
+#: config files larger than this are refused before reading (the broker reads them whole; the largest
+#: real ones, consumerOffset.json of big clusters, are a few MB; parsing costs several times the size)
+MAX_CONFIG_BYTES = 32 * 1024 * 1024
 
 _WS = " \t\r\n\f\b\v"
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
@@ -251,8 +252,10 @@ class Loaded(Generic[T]):
         return self.data
 
 
-def _read_file(path: Path) -> bytes | None:
-    """Bytes of a config file; None if it does not exist."""
+def read_config_bytes(path: str | os.PathLike) -> bytes | None:
+    """Bytes of a config file; None if it does not exist. A file over :data:`MAX_CONFIG_BYTES` is refused
+    (StoreError) by its size, before anything is read."""
+    path = Path(path)
     try:
         fd = open_read(path, follow=False)
     except FileNotFoundError:
@@ -289,12 +292,12 @@ def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] =
     main_error: FormatError | StoreError | None = None
     raw: bytes | None = None
     try:
-        raw = _read_file(main)
+        raw = read_config_bytes(main)
         if raw:
             return Loaded(decode(parse_fastjson(raw, main), main), main)
     except (FormatError, StoreError) as exc:
         main_error = exc
-    bak_raw = _read_file(bak) if main_error is None else _read_quietly(bak)
+    bak_raw = read_config_bytes(bak) if main_error is None else _read_quietly(bak)
     if bak_raw:
         try:
             return Loaded(decode(parse_fastjson(bak_raw, bak), bak), bak, True, main_error)
@@ -309,7 +312,7 @@ def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] =
 
 def _read_quietly(path: Path) -> bytes | None:
     try:
-        return _read_file(path)
+        return read_config_bytes(path)
     except StoreError:
         return None
 

@@ -11,6 +11,7 @@ from rmqdump.findings import ERROR, WARNING
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 _ZERO_CHUNK = 1 << 20
 _ZEROS = bytes(_ZERO_CHUNK)
+_HOLE_PROBE_EVERY = 64 << 20  # zero bytes read before asking the filesystem for the next data again
 
 
 def _damage(emit, res: SegmentResult, reader, start: int, end: int, reason: Invalid, followed: bool) -> None:
@@ -58,7 +59,14 @@ def _torn(reader, seg_start: int, offset: int, reason: Invalid) -> str | None:
 def _first_nonzero(reader, pos: int) -> int | None:
     """Segment position of the first non-zero byte at or after ``pos`` (None: all zero)."""
     size = reader.size
+    probe = pos
     while pos < size:
+        if pos >= probe:  # skip the holes of a sparse file without reading them (SEEK_DATA)
+            nxt = reader.next_data(pos)
+            if nxt is None:
+                return None
+            pos, probe = nxt, nxt + _HOLE_PROBE_EVERY
+            reader.release(pos)
         n = min(_ZERO_CHUNK, size - pos)
         buf, i, avail = reader.view(pos, n)
         if avail <= 0:

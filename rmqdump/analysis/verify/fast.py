@@ -388,7 +388,7 @@ class _FastSegment:
                     break
                 nxt = resync._resync(seg, reader, st.pos + 1)
                 if nxt is None:
-                    stop = rec
+                    stop = resync.with_give_up(rec)
                     break
                 self.damaged = True
                 _damage(self.emit, res, reader, seg.start + st.pos, seg.start + nxt, rec, followed=True)

@@ -17,7 +17,7 @@ from rmqdump.broker.recovery import QueueState
 from rmqdump.disk.fileio import read_regular
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
-from rmqdump.store.config import MAX_CONFIG_BYTES
+from rmqdump.store.config import read_config_bytes
 
 
 def check_checkpoint(store, checkpoint, *, max_store_ts: int | None, has_data: bool,
@@ -80,9 +80,7 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
         label = f"config/{name}"
         dec = decoders.get(name, lambda v, p: v)
         try:
-            data = read_regular(cdir / name, MAX_CONFIG_BYTES + 1)
-            if len(data) > MAX_CONFIG_BYTES:
-                raise StoreError(f"larger than {MAX_CONFIG_BYTES} bytes; not parsed", cdir / name)
+            data = read_config_bytes(cdir / name) or b""
         except StoreError as e:
             out.append(Finding(ERROR, "config_unreadable", label, None, e.message))
             continue

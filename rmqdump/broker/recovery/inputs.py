@@ -18,7 +18,7 @@ from rmqdump.codec.layout import (
     host_lengths,
 )
 from rmqdump.disk.fileio import read_regular
-from rmqdump.disk.segment import Segment, parse_file_name
+from rmqdump.disk.segment import Segment, java_parses_name
 from rmqdump.errors import StoreError
 from rmqdump.store.checkpoint import Checkpoint, decode_checkpoint
 from rmqdump.store.commitlog import CommitLog
@@ -80,8 +80,9 @@ def load_problems(store: Store, version: str = VERSION_49, zero_last_ok: bool = 
                 continue  # 5.x deletes a zero-length last file
             out.append(f"{STORE_COMMITLOG_DIR}/{name} is {size} bytes, not the store's file size "
                        f"{cl.file_size} (\"length not matched message store config value\")")
-        elif parse_file_name(name) is None and not (name.isascii() and name.isdigit()):
-            out.append(f"{STORE_COMMITLOG_DIR}/{name}: not a numeric file name (Long.parseLong throws at load)")
+        elif not java_parses_name(name):
+            out.append(f"{STORE_COMMITLOG_DIR}/{name}: not a numeric file name up to Long.MAX_VALUE "
+                       "(Long.parseLong throws at load)")
     return out
 
 

@@ -12,15 +12,14 @@ from pathlib import Path
 from rmqdump.codec.layout import (
     BCQ_STORE_UNIT_SIZE,
     CQ_STORE_UNIT_SIZE,
-    FILE_NAME_DIGITS,
     STORE_BATCH_CONSUMEQUEUE_DIR,
     STORE_CONSUMEQUEUE_DIR,
 )
+from rmqdump.disk.segment import parse_file_name
 from rmqdump.errors import FormatError, StoreError, UnsupportedError
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
-_FILE_NAME_RE = re.compile(rf"[0-9]{{{FILE_NAME_DIGITS}}}")
 _QUEUE_ID_RE = re.compile(r"[+-]?[0-9]+")
 _ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK")
 
@@ -119,14 +118,15 @@ def list_mapped_files(queue_dir: str | os.PathLike) -> tuple[list[MappedFileInfo
     for e in entries:
         if e.is_dir(follow_symlinks=False):
             continue  # sub-directories are skipped by the broker (5.x)
-        if not _FILE_NAME_RE.fullmatch(e.name) or not e.is_file(follow_symlinks=False):
+        start = parse_file_name(e.name)  # None also above Long.MAX_VALUE: the broker's load fails on it
+        if start is None or not e.is_file(follow_symlinks=False):
             stray.append(Path(e.path))
             continue
         try:
             size = e.stat(follow_symlinks=False).st_size
         except OSError as exc:
             raise StoreError(f"cannot stat: {exc.strerror}", e.path) from None
-        files.append(MappedFileInfo(int(e.name), Path(e.path), size))
+        files.append(MappedFileInfo(start, Path(e.path), size))
     files.sort(key=lambda f: f.start)
     return files, sorted(stray)
 

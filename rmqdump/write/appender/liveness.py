@@ -69,7 +69,13 @@ def _proc_name(pid: int) -> str:
                 cmd = f.read(64).strip().decode("utf-8", "replace")
         except OSError:
             cmd = "?"
-    return cmd[:120]
+    return _printable(cmd[:120])
+
+
+def _printable(s: str) -> str:
+    """Another process's command line as one printable line (controls, newlines, bidi: ``\\xNN``/``\\uNNNN``)."""
+    return "".join(c if c.isprintable() and not 0x202A <= ord(c) <= 0x202E and not 0x2066 <= ord(c) <= 0x2069
+                   else (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}") for c in s)
 
 
 def processes_using(root: str | os.PathLike) -> list[tuple[int, str, str]]:

@@ -94,7 +94,7 @@ class LockedAppender:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> LockedAppender:
-        from rmqdump.broker.lock import DEFAULT_LOCK_TIMEOUT_S, StoreLock, probe_lock
+        from rmqdump.broker.lock import DEFAULT_LOCK_TIMEOUT_S, StoreLock, describe_holder, probe_lock
 
         root = self.root
         if not root.exists():
@@ -108,7 +108,8 @@ class LockedAppender:
         if self.dry_run:
             pid = probe_lock(root) if root.exists() else None
             if pid is not None:
-                raise LockError(f"store is locked by process {pid} (a running broker?)", root / "lock", pid=pid)
+                raise LockError(f"store is locked by {describe_holder(pid)} (a running broker?)", root / "lock",
+                                pid=pid)
         else:
             self._lock = StoreLock(root, timeout=self.lock_timeout or DEFAULT_LOCK_TIMEOUT_S).acquire()
         try:

@@ -15,6 +15,7 @@ from rmqdump.codec.layout import (
     STORE_ABORT_FILE,
 )
 from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
+from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import FormatError, LockError, StoreError
 from rmqdump.write.repair.files import (
     _copy_extents,
@@ -256,9 +257,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
             root = plan.store
             abort = read_abort(root)
             backup = Path(backup_dir) if backup_dir else default_backup_dir(root)
-            real_root = os.path.realpath(root).rstrip("/") + "/"
-            if os.path.realpath(backup).startswith(real_root):
-                raise StoreError("the backup directory must not be inside the store", backup)
+            refuse_inside(backup, [root], "the backup directory")
             try:
                 backup.mkdir(parents=True, exist_ok=False)
             except FileExistsError:

@@ -16,6 +16,7 @@ from rmqdump.codec.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import FormatError, RmqdumpError, StoreError
 from rmqdump.store.consumequeue import batch_cq_topics
 from rmqdump.write.repair.files import _blank, _nonzero_pieces, _open, _pread_all, _size
@@ -289,10 +290,7 @@ def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq:
     store = Store.open(store_path)
     if store.root is None:
         raise StoreError("rebuild needs a store root", store_path)
-    out = Path(out_dir)
-    real_store = os.path.realpath(store.root)
-    if os.path.realpath(out).startswith(real_store.rstrip("/") + "/") or os.path.realpath(out) == real_store:
-        raise StoreError("--to must not be inside the store", out)
+    out = refuse_inside(out_dir, [store.root], "--to")
     if out.exists() and any(out.iterdir()):
         raise StoreError("--to directory is not empty", out)
     out.mkdir(parents=True, exist_ok=True)
