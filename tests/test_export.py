@@ -223,3 +223,44 @@ def test_vectorised_path_equals_per_record_path(tmp_path):
     first, second = segment_splits([tmp_path / "h"])
     assert sum(b.num_rows for b in read_split(first, fast=True)) == 40
     assert sum(b.num_rows for b in read_split(second, fast=True)) == 2
+
+
+def _store_with_a_bad_compressed_body(tmp_path):
+    """Three records; the middle one says zstd (sysflag) but its body is not zstd, with a valid BODYCRC
+    (the broker serves it; a consumer fails to decompress it)."""
+    import zlib as _z
+
+    from rmqdump.codec.encoder import encode_fields
+    from rmqdump.codec.layout import COMPRESSED_FLAG, COMPRESSION_ZSTD_TYPE
+
+    root = tmp_path / "store"
+    (root / "commitlog").mkdir(parents=True)
+    data = bytearray()
+    for i, (body, flag) in enumerate(((b"plain-0", 0), (b"not zstd at all", COMPRESSED_FLAG | COMPRESSION_ZSTD_TYPE),
+                                      (_z.compress(b"plain-2"), COMPRESSED_FLAG))):
+        data += encode_fields(topic=b"T", body=body, properties=b"", queue_offset=i, physical_offset=len(data),
+                              sys_flag=flag, store_timestamp=1795297000000 + i, born_timestamp=1795297000000)
+    (root / "commitlog" / "00000000000000000000").write_bytes(bytes(data) + bytes((1 << 16) - len(data)))
+    return root
+
+
+@pytest.mark.parametrize("fast", ["0", "1"])
+def test_a_body_that_will_not_decompress_is_a_row_finding(tmp_path, fast):
+    """`export --body --decompress` and `scan --decompress` go on past a body that does not decompress: every
+    record is there, that body as stored, the record named on stderr; export exits 1 (a finding)."""
+    import json as _json
+
+    from secutil import run_cli
+
+    store = _store_with_a_bad_compressed_body(tmp_path)
+    env = {"RMQDUMP_FAST": fast}
+    r = run_cli(["export", store, "--to", tmp_path / "o.jsonl", "--body", "--decompress", "--keep-going"],
+                timeout=120, env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.describe()
+    rows = [_json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and "offset 0" not in r.stderr and "body exported as stored" in r.stderr, r.describe()
+    s = run_cli(["scan", store, "--decompress", "--body", "text", "-f", "jsonl"], timeout=120, env=env)
+    assert s.returncode == 0 and "Traceback" not in s.stderr, s.describe()
+    bodies = [_json.loads(x)["body"] for x in s.stdout.splitlines()]
+    assert bodies == ["plain-0", "not zstd at all", "plain-2"], bodies
+    assert "body shown as stored" in s.stderr, s.describe()

@@ -14,7 +14,7 @@ from rmqdump.cli.options import (
     resolve_body_decoder,
     store_argument,
 )
-from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms
+from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, report_body_errors
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import Message
 from rmqdump.errors import StoreError
@@ -102,6 +102,7 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
             w.write(row)
     finally:
         w.close()
+        report_body_errors(decoder, quiet)
     if not quiet:
         diag(f"{w.count} unconsumed messages in {sum(1 for r in report.rows if r.unconsumed_range)} queues"
              + (f"; {problems} bad CQ entries" if problems else ""))

@@ -29,7 +29,7 @@ def read_options(body: bool, decompress: bool, flt, crc: str, keep_going: bool, 
 
 
 def report_segments(reports, quiet: bool) -> int:
-    """Print segments that ended at damage; return 1 if any did, else 0."""
+    """Print segments that ended at damage or held bodies that would not decompress; 1 if any did, else 0."""
     from rmqdump.cli.output import diag
 
     damaged = [r for r in reports if r.stop_kind not in ("end_of_data", "blank")]
@@ -41,7 +41,13 @@ def report_segments(reports, quiet: bool) -> int:
         for r in reports:
             if r.skipped:
                 diag(f"{r.segment}: {r.skipped} damaged range(s) skipped (--keep-going)", "yellow")
-    return 1 if damaged or any(r.skipped for r in reports) else 0
+            for off, detail in r.body_error_first:
+                diag(f"{r.segment}: offset {off}: {detail}; body exported as stored", "yellow")
+            more = r.body_errors - len(r.body_error_first)
+            if more > 0:
+                diag(f"{r.segment}: ... and {more} more bodies that would not decompress", "yellow")
+    bad_bodies = any(r.body_errors for r in reports)
+    return 1 if damaged or bad_bodies or any(r.skipped for r in reports) else 0
 
 
 @click.command()

@@ -104,7 +104,7 @@ def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_
 
 
 def _print_records(res, fmt: str, decoder, decompress: bool, geo) -> None:
-    from rmqdump.cli.output import RecordWriter, iso_ms
+    from rmqdump.cli.output import RecordWriter, iso_ms, report_body_errors
     from rmqdump.rows.bodyfmt import message_to_row
     from rmqdump.rows.schema import FIELDS
 
@@ -120,6 +120,7 @@ def _print_records(res, fmt: str, decoder, decompress: bool, geo) -> None:
             writer.write(row)
     finally:
         writer.close()
+        report_body_errors(decoder, False)
 
 
 def _report(res, keyed: bool, max_num: int | None, show_collisions: bool, quiet: bool) -> None:

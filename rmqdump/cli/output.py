@@ -213,6 +213,16 @@ def _csv_cell(v):
     return v
 
 
+def report_body_errors(decoder, quiet: bool) -> None:
+    """On stderr: the records whose body could not be rendered as asked (a ``--body`` callable that
+    raised, a body that would not ``--decompress``): the first few, then the count."""
+    if decoder.errors and not quiet:
+        for m in decoder.error_messages:
+            diag(m, "yellow")
+        if decoder.errors > len(decoder.error_messages):
+            diag(f"{decoder.errors} records in all whose body could not be rendered as asked", "yellow")
+
+
 def emit_document(doc, fmt: str, render_table: Callable[[Console, object], None]) -> None:
     """Print one document (info, stats, verify report): JSON for json/jsonl, rich for table."""
     if fmt in ("json", "jsonl"):

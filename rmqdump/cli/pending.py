@@ -18,9 +18,10 @@ from rmqdump.cli.options import (
     resolve_body_decoder,
     store_argument,
 )
-from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, progress_bar
+from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, progress_bar, report_body_errors
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import Message
+from rmqdump.rows.schema import BodyErrors, output_body
 from rmqdump.store.commitlog import Skipped
 from rmqdump.store.config import load_delay_offsets
 from rmqdump.store.root import Store
@@ -107,8 +108,11 @@ def pending(store, kinds, show_all, crc, now, fmt, quiet, body_mode, decompress,
                 m = cl.decode_at(c.offset, use_mmap=not no_mmap, check_crc=False, read_body=True,
                                  max_record_size=max_record_size)
                 if isinstance(m, Message):
-                    body = m.decompressed_body() if decompress and m.compression != "none" else m.body
+                    errors = BodyErrors()
+                    body = output_body(m, decompress, errors)
                     where = f"offset {c.offset}"
+                    for _off, detail in errors.first:
+                        decoder.note_error(f"{where}: {detail}; body shown as stored ({m.compression})")
                     row["body"] = decoder.text(body, where) if fmt in ("table", "csv") else decoder.decode(body, where)
             if fmt == "table":
                 rq = row["real_queue_id"]
@@ -117,6 +121,7 @@ def pending(store, kinds, show_all, crc, now, fmt, quiet, body_mode, decompress,
             writer.write(row)
     finally:
         writer.close()
+        report_body_errors(decoder, quiet)
     if not quiet:
         summary = ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) or "no delayed, half or timer messages"
         diag(f"{summary} (of {len(cands)} tracked system records; {res.records} records walked; "

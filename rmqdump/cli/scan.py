@@ -18,7 +18,7 @@ from rmqdump.cli.options import (
     record_filter_options,
     resolve_body_decoder,
 )
-from rmqdump.cli.output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar
+from rmqdump.cli.output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar, report_body_errors
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import END_OF_DATA, Message
 from rmqdump.errors import FormatError
@@ -166,7 +166,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
                 fast.close()
                 writer.count = fast.count
                 sys.stdout.buffer.flush()
-                _report_decoder(decoder, quiet)
+                report_body_errors(decoder, quiet)
         else:
             def on_skipped(rec: Skipped) -> None:
                 if not quiet:
@@ -179,7 +179,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
                                 limit=limit, on_skipped=on_skipped, progress=update)
             finally:
                 writer.close()
-                _report_decoder(decoder, quiet)
+                report_body_errors(decoder, quiet)
     walk, limited, skipped, start = res.walk, res.limited, res.skipped, rng.start
     stop = walk.stop
     if limited or stop is None:
@@ -230,14 +230,6 @@ def _fast_renderer(decoder: BodyDecoder, decompress: bool, quiet: bool):
                                     jobs=min(fastwalk.default_jobs(), 4))
 
 
-def _report_decoder(decoder: BodyDecoder, quiet: bool) -> None:
-    if decoder.errors and not quiet:
-        for m in decoder.error_messages:
-            diag(m, "yellow")
-        if decoder.errors > len(decoder.error_messages):
-            diag(f"body decoder {decoder.spec} failed on {decoder.errors} records in all", "yellow")
-
-
 def _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout, decoder,
             max_record_size, limit, writer, emit, quiet) -> int:
     from rmqdump.analysis.follow import Follower, FollowNotice
@@ -269,7 +261,7 @@ def _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, p
         interrupted = True
     finally:
         writer.close()
-        _report_decoder(decoder, quiet)
+        report_body_errors(decoder, quiet)
     if damage is not None:
         diag(f"rmqdump: stopped at damage: {follower.directory / damage.file} at offset {damage.offset}: "
              f"{damage.detail}; {follower.records} records read, {writer.count} printed", "red")

@@ -53,6 +53,12 @@ class BodyDecoder:
         """Whether the record bodies must be read at all."""
         return self.mode != "none"
 
+    def note_error(self, message: str) -> None:
+        """Count one record whose body could not be rendered as asked (kept: the first few messages)."""
+        self.errors += 1
+        if len(self.error_messages) < MAX_REPORTED_ERRORS:
+            self.error_messages.append(message)
+
     def decode(self, body: bytes | None, where: str | None = None) -> object:
         """The body as a JSON-ready value (None for ``none`` or no body).
 
@@ -143,12 +149,15 @@ def message_to_row(msg, decoder: BodyDecoder, decompress: bool = False, as_text:
     ``as_text`` renders JSON values compactly as strings (tables, CSV).
     """
     from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
-    from rmqdump.rows.schema import message_to_dict
+    from rmqdump.rows.schema import BodyErrors, message_to_dict, output_body
 
     row = message_to_dict(msg, "none", False, delay_levels_ms or DEFAULT_DELAY_LEVELS_MS)
-    body = msg.body
-    if decoder.needs_body and decompress and body is not None and msg.compression != "none":
-        body = msg.decompressed_body()
     where = f"offset {msg.offset}"
+    body = msg.body
+    if decoder.needs_body and decompress:
+        errors = BodyErrors()
+        body = output_body(msg, True, errors)
+        for _off, detail in errors.first:
+            decoder.note_error(f"{where}: {detail}; body shown as stored ({msg.compression})")
     row["body"] = decoder.text(body, where) if as_text else decoder.decode(body, where)
     return row

@@ -6,6 +6,7 @@ import base64
 
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
 from rmqdump.codec.record import Message
+from rmqdump.errors import FormatError
 
 FIELDS = (
     "offset", "file", "file_pos", "size", "magic", "body_crc", "queue_id", "flag", "queue_offset",
@@ -14,6 +15,36 @@ FIELDS = (
     "properties", "keys", "tags", "uniq_key", "msg_id", "tags_code", "body_length", "body",
 )
 BODY_MODES = ("none", "text", "hex", "base64")
+
+
+class BodyErrors:
+    """Bodies that would not decompress: counted, the first few kept as ``(offset, detail)``."""
+
+    LIMIT = 5
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: list[tuple[int, str]] = []
+
+    def add(self, offset: int, detail: str) -> None:
+        self.count += 1
+        if len(self.first) < self.LIMIT:
+            self.first.append((offset, detail))
+
+
+def output_body(msg: Message, decompress: bool, errors: BodyErrors | None = None) -> bytes | None:
+    """The body to print or export: decompressed when asked and compressed. A body that does not
+    decompress (damaged, or a bomb) is returned as stored and noted in ``errors``: one bad record is a
+    finding on its row, never the end of the job. A codec that is not installed still raises."""
+    body = msg.body
+    if not decompress or body is None or msg.compression == "none":
+        return body
+    try:
+        return msg.decompressed_body()
+    except FormatError as e:
+        if errors is not None:
+            errors.add(msg.offset, e.message)
+        return body
 
 
 def render_body(body: bytes | None, mode: str) -> str | None:
@@ -36,9 +67,7 @@ def message_to_dict(msg: Message, body_mode: str = "base64", decompress: bool = 
         tags_code = msg.tags_code(delay_levels_ms)
     except Exception:  # a malformed DELAY: the broker would not dispatch it either
         tags_code = None
-    body = msg.body
-    if decompress and body is not None and msg.compression != "none":
-        body = msg.decompressed_body()
+    body = output_body(msg, decompress)
     return {
         "offset": msg.offset,
         "file": msg.file,

@@ -39,6 +39,7 @@ from rmqdump.rows.arrow.tables import (
     read_queue,
 )
 from rmqdump.rows.filters import RecordFilter
+from rmqdump.rows.schema import BodyErrors, output_body
 from rmqdump.store.commitlog import CommitLog, Skipped
 from rmqdump.store.root import Store
 
@@ -86,6 +87,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
     cols = _Columns(split.broker, split.store, split.path, delay_levels_ms)
     rows = skipped = 0
     blank = None
+    body_errors = BodyErrors()
     for rec in walk:
         if isinstance(rec, Message):
             if match is not None and not match(rec):
@@ -95,10 +97,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
                 crc_ok = None if rec.body_length <= 0 else body_crc(body) == rec.body_crc
             else:
                 crc_ok = rec.crc_ok
-            if not include_body:
-                body = None
-            elif decompress and rec.compression != "none":
-                body = rec.decompressed_body()
+            body = output_body(rec, decompress, body_errors) if include_body else None
             cols.add(rec, body, crc_ok)
             if len(cols) >= batch_size or cols.body_bytes >= max_batch_bytes:
                 rows += len(cols)
@@ -118,7 +117,8 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
             kind, off, detail = stop.kind, stop.offset, stop.detail
         else:
             kind, off, detail = "end_of_data", seg.end, "end of the segment"
-        on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, skipped))
+        on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, skipped, body_errors.count,
+                                 tuple(body_errors.first)))
 
 
 def record_batches(source: str | os.PathLike | Store | CommitLog | Segment | SegmentSplit,
@@ -231,4 +231,5 @@ def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool
             kind, off, detail = st.invalid.kind, st.invalid.offset, st.invalid.detail
         else:
             kind, off, detail = "end_of_data", seg.end, "end of the last commitlog segment"
-        on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, 0))
+        on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, 0, ctx.body_errors.count,
+                                 tuple(ctx.body_errors.first)))

@@ -23,6 +23,7 @@ from rmqdump.codec.layout import (
 from rmqdump.codec.msgid import format_host
 from rmqdump.codec.properties import split_keys
 from rmqdump.codec.record import Message
+from rmqdump.rows.schema import output_body
 
 _MAX_TS_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
 _SCHEDULE_RAW = SCHEDULE_TOPIC.encode()
@@ -116,9 +117,7 @@ def messages_batch(messages: Iterable[Message], *, broker: str, store: str, segm
     names the segment path for the lineage column. ``crc_ok`` is taken from the messages."""
     cols = _Columns(broker, store, "", delay_levels_ms)
     for m in messages:
-        body = m.body if include_body else None
-        if body is not None and decompress and m.compression != "none":
-            body = m.decompressed_body()
+        body = output_body(m, decompress) if include_body else None
         cols.segment = segment_of(m)
         cols.add(m, body, m.crc_ok)
     return cols.to_batch()

@@ -21,6 +21,7 @@ from rmqdump.rows.arrow.columns import (
 )
 from rmqdump.rows.arrow.splits import SegmentSplit
 from rmqdump.rows.filters import RecordFilter
+from rmqdump.rows.schema import BodyErrors, output_body
 
 _V4_ONLY = 0x30  # BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
 
@@ -66,6 +67,7 @@ class _FastContext:
         self.split = split
         self.delay = delay_levels_ms
         self.flags: dict[int, tuple[str, str]] = {}
+        self.body_errors = BodyErrors()  # bodies that would not decompress (exported as stored)
 
     def flag_columns(self, sys_flag) -> tuple[pa.Array, pa.Array]:
         """The transaction and compression names of every row."""
@@ -133,7 +135,7 @@ def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool
         for i in compressed.tolist():
             m = rb.message(i, read_body=True)
             if m.compression != "none":
-                bodies[i] = m.decompressed_body()
+                bodies[i] = output_body(m, True, ctx.body_errors)
         body = pa.array(bodies, pa.binary())
     crc_flag = c["crc_ok"]
     split = ctx.split
@@ -185,10 +187,7 @@ def _fast_pieces(rb, ctx: _FastContext, include_body: bool, decompress: bool,
             for m in rb.messages(include_body, lo, hi):
                 if flt is not None and not flt.match(m):
                     continue
-                body = m.body
-                if body is not None and decompress and m.compression != "none":
-                    body = m.decompressed_body()
-                cols.add(m, body, m.crc_ok)
+                cols.add(m, output_body(m, decompress, ctx.body_errors), m.crc_ok)
             yield cols.to_batch()
             continue
         if (lo, hi) == (0, rb.n):

@@ -45,6 +45,8 @@ class SegmentReport:
     stop_offset: int
     stop_detail: str
     skipped: int  # damaged ranges stepped over (keep_going)
+    body_errors: int = 0  # bodies that would not decompress (exported as stored)
+    body_error_first: tuple[tuple[int, str], ...] = ()  # the first few: (offset, detail)
 
 
 def broker_name(path: str | os.PathLike) -> str:
