@@ -258,3 +258,28 @@ def test_resync_trap_costs_linear_time(tmp_path, argv, fast):
     if argv[0] == "verify":
         assert "resynchronisation gave up" in r.stdout, r.stdout[:2000]
     assert r.maxrss_kb < 300_000, r.describe()
+
+
+@pytest.mark.parametrize("fast", ["0", "1"])
+def test_keep_going_reports_a_damaged_body_right_after_damage_at_its_own_offset(tmp_path, fast):
+    """Damage at record 1 and a flipped body bit in record 2: --keep-going reports two damaged ranges, the
+    second starting at record 2 (its own offset), not one range swallowing both."""
+    import json
+
+    from secutil import build_store
+
+    offs = build_store(tmp_path, [(b"T", f"body-{i}".encode() * 8, b"") for i in range(5)])
+    seg = tmp_path / "commitlog" / SEG0
+    data = bytearray(seg.read_bytes())
+    data[offs[1] + 4] ^= 0xFF  # record 1: bad magic
+    data[offs[2] + 100] ^= 0x01  # record 2: one bit of its body
+    seg.write_bytes(bytes(data))
+    env = {"RMQDUMP_FAST": fast}
+    r = run_cli(["scan", tmp_path, "--keep-going"], timeout=60, env=env)
+    ranges = [line for line in r.stderr.splitlines() if "skipped damaged bytes" in line]
+    assert ranges[0].startswith(f"skipped damaged bytes [{offs[1]}, {offs[2]})"), r.stderr
+    assert ranges[1].startswith(f"skipped damaged bytes [{offs[2]}, {offs[3]})") and "body_crc" in ranges[1], r.stderr
+    assert [json.loads(x)["offset"] for x in r.stdout.splitlines()] == [offs[0], offs[3], offs[4]]
+    v = run_cli(["verify", tmp_path, "--keep-going", "-f", "json"], timeout=60, env=env)
+    crc = [f for f in json.loads(v.stdout)["findings"] if f["kind"] == "body_crc"]
+    assert [f["offset"] for f in crc] == [offs[2]], crc

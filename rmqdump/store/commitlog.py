@@ -19,7 +19,7 @@ from rmqdump.codec.layout import (
     STORE_COMMITLOG_DIR,
     SYSFLAG_POSITION,
 )
-from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
+from rmqdump.codec.record import BODY_CRC, END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
 from rmqdump.disk.segment import MmapReader, Segment, SegmentReader, name_out_of_range, parse_file_name
 from rmqdump.errors import StoreError
 from rmqdump.findings import ERROR, WARNING, Finding
@@ -254,6 +254,7 @@ class Walk:
         """
         self.resync_gave_up = 0
         spent = 0
+        damaged_bodies: dict[int, int] = {}  # end -> start of candidates with a sound header but a wrong CRC
         p = lo + 4  # the magic of a record starting at >= lo sits at >= lo + 4
         probe = p
         while p + 4 <= r.size:
@@ -280,8 +281,14 @@ class Walk:
                 if spent > RESYNC_CRC_BASE + RESYNC_CRC_PER_BYTE * (cand - lo):
                     self.resync_gave_up = spent
                     return None
-                if self._trusted(seg, r, cand):
-                    return cand
+                rec = read_record(r, cand, check_crc=True, read_body=False, max_record_size=self.max_record_size)
+                if isinstance(rec, Message) and (rec.crc_ok or (rec.body_length <= 0 and rec.body_crc == 0)):
+                    # a record whose body alone is damaged (wrong CRC) and that ends exactly where this
+                    # trusted one starts is a real record: resume there, so it is reported at its own
+                    # offset instead of vanishing into the damaged range before it
+                    return damaged_bodies.get(cand, cand)
+                if isinstance(rec, Invalid) and rec.kind == BODY_CRC:
+                    damaged_bodies.setdefault(cand + cost, cand)
             p += max(1, avail - 3)
         return None
 
@@ -304,14 +311,6 @@ class Walk:
         if total < MIN_RECORD_SIZE_V1_IPV4 or total > min(self.max_record_size, r.size - cand):
             return -1
         return total
-
-    def _trusted(self, seg: Segment, r: SegmentReader, cand: int) -> bool:
-        """Resync rule: valid magic, PHYSICALOFFSET equal to the position, body CRC matching."""
-        buf, i, avail = r.view(cand, SYSFLAG_POSITION)
-        if avail < SYSFLAG_POSITION or INT64.unpack_from(buf, i + PHY_POS_POSITION)[0] != seg.start + cand:
-            return False
-        rec = read_record(r, cand, check_crc=True, read_body=False, max_record_size=self.max_record_size)
-        return isinstance(rec, Message) and (rec.crc_ok or (rec.body_length <= 0 and rec.body_crc == 0))
 
 
 def read_record(r: SegmentReader, pos: int, *, check_crc: bool = True, read_body: bool = True,
