@@ -251,10 +251,25 @@ def test_no_tracebacks_and_no_slow_runs(sweep):
 
 
 def test_every_run_ends_in_a_report_or_a_one_line_error(sweep):
+    """Each run ends in exactly one of: a report, or a one-line RmqdumpError. A mutation that changed no
+    byte (e.g. a flip undone by the value it wrote) reports exactly what the untouched store reports:
+    no false alarm from bytes that did not change."""
     muts, by_n, _ = sweep
+    unchanged: dict[tuple[str, bool], set] = {}
     for m in muts:
         r = by_n[m.n]
-        assert r["error"] is not None or isinstance(r["findings"], list)
+        assert r["traceback"] is None, r["desc"]
+        if r["error"] is not None:
+            assert r["findings"] == [], r["desc"]  # an error, not a report
+        if not r["changed"]:
+            assert r["error"] is None, r["desc"]
+            unchanged.setdefault((m.store, m.keep_going), set()).add(frozenset(r["findings"]))
+    assert unchanged, "no mutation left its bytes unchanged: the no-false-alarm check saw nothing"
+    for (name, keep_going), reports in unchanged.items():
+        clean = verify_store(real_store(name), keep_going=keep_going)
+        assert reports == {frozenset((f.severity, f.kind, f.offset) for f in clean.findings)}, name
+    for m in muts:
+        r = by_n[m.n]
         if r["error"] is not None:
             assert "\n" not in r["error"]
         if m.kind == "truncate" and r["changed"]:

@@ -12,6 +12,7 @@ import os
 import signal
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -132,16 +133,28 @@ def test_pread_reader_reads_a_shrunk_file_as_shorter(tmp_path):
         r.close()
 
 
-def test_mmap_mode_is_the_one_at_risk(live, record_property):
-    """Documented risk: mmap + truncation kills the process with SIGBUS (run in a subprocess)."""
+def test_a_live_brokers_store_is_read_without_mmap(live):
+    """A store whose broker lock is held is read with pread even without --no-mmap: truncating the segment
+    under the scan (as a broker's cleanup may) ends it cleanly, never with SIGBUS (mmap would)."""
     store, seg, n = live
-    t0 = time.monotonic()
-    rc, lines, err = _scan_while(["scan", store, "-f", "jsonl", "--body", "none"], seg, _truncate_to(0))
-    record_property("mmap_truncation_returncode", rc)
-    print(f"mmap scan after truncation: rc={rc} ({signal.Signals(-rc).name if rc < 0 else 'exit'}), "
-          f"{lines} records, {time.monotonic() - t0:.1f}s")
-    assert rc in (0, 1, 2, -signal.SIGBUS), err[-2000:]
-    assert "Traceback" not in err
+    (store / "lock").write_bytes(b"")
+    code = ("import sys; from rmqdump.broker.lock import StoreLock; l = StoreLock(sys.argv[1]).acquire(); "
+            "print('locked', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        rc, lines, err = _scan_while(["scan", store, "-f", "jsonl", "--body", "none"], seg, _truncate_to(0))
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=10)
+    _assert_clean(rc, err)
+    assert "reading with pread" in err and 0 < lines < n, (lines, err[-2000:])
+
+
+def _rchar(pid: int) -> int:
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
 
 
 @pytest.mark.parametrize("cmd,extra", [("verify", ["-f", "json"]), ("stats", ["-f", "json"]),
@@ -156,10 +169,18 @@ def test_no_mmap_commands_survive_truncation(live, tmp_path, cmd, extra):
     args = [cmd, str(store), "--no-mmap", *(a.replace("{tmp}", str(tmp_path)) for a in extra)]
     p = subprocess.Popen([*RMQDUMP, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          env=dict(os.environ, NO_COLOR="1"))
-    time.sleep(3.0)
-    still_running = p.poll() is None
-    os.truncate(seg, (1 << 20) + 100)
+    # stop it once it has read 8 MiB of the 64 MiB segment, truncate the file under it, let it go on
+    deadline = time.monotonic() + 60
+    while p.poll() is None and _rchar(p.pid) < (8 << 20) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        read = _rchar(p.pid)
+        assert p.poll() is None and read < SEG_SIZE, "the command was not mid-walk: the test would prove nothing"
+        os.truncate(seg, (1 << 20) + 100)
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
     err = p.stderr.read().decode("utf-8", "replace")
     rc = p.wait(timeout=300)
     _assert_clean(rc, err)
-    print(f"{cmd} --no-mmap: truncated {'while running' if still_running else 'after it ended'}; rc={rc}")
+    print(f"{cmd} --no-mmap: truncated after {read} bytes read; rc={rc}")

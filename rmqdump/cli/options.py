@@ -168,12 +168,52 @@ def crc_option(modes: tuple[str, ...] = ("check", "off")):
     return decorate
 
 
-access_options = compose(
-    click.option("--no-mmap", is_flag=True,
-                 help="Read with pread instead of mmap (safe on a live store that may be truncated under us)."),
-    click.option("--max-message-size", type=click.IntRange(1, 1 << 30), default=4 * 1024 * 1024, show_default=True,
-                 help="Broker maxMessageSize; records over this + 64 KiB are treated as damage."),
-)
+def live_broker(paths) -> tuple[str, int] | None:
+    """(store root, pid) when a process holds the broker ``lock`` of the store a path belongs to (a store
+    root, its ``commitlog/`` or a segment in it): a live broker, which may truncate or delete files."""
+    from pathlib import Path
+
+    from rmqdump.broker.lock import probe_lock
+    from rmqdump.errors import RmqdumpError
+
+    for p in paths:
+        p = Path(p)
+        for root in (p, p.parent, p.parent.parent):
+            if (root / "lock").is_file():
+                try:
+                    pid = probe_lock(root)
+                except (RmqdumpError, OSError):
+                    pid = None
+                if pid is not None:
+                    return str(root), pid
+                break
+    return None
+
+
+def access_options(f):
+    """``--no-mmap`` and ``--max-message-size``. A store whose broker lock is held (a live broker, which
+    may truncate a file under a mapping: SIGBUS) is read with pread as if ``--no-mmap`` were given."""
+
+    @functools.wraps(f)
+    def command(*args, no_mmap: bool, **kwargs):
+        if not no_mmap:
+            src = kwargs.get("store") or kwargs.get("path") or kwargs.get("stores")
+            live = live_broker(src if isinstance(src, (list, tuple)) else [src]) if src else None
+            if live is not None:
+                no_mmap = True
+                if not kwargs.get("quiet"):
+                    from rmqdump.cli.output import diag
+
+                    diag(f"process {live[1]} holds {live[0]}/lock (a live broker): reading with pread, as with "
+                         "--no-mmap (a file truncated under a mapping would end rmqdump with SIGBUS)")
+        return f(*args, no_mmap=no_mmap, **kwargs)
+
+    command = click.option("--max-message-size", type=click.IntRange(1, 1 << 30), default=4 * 1024 * 1024,
+                           show_default=True,
+                           help="Broker maxMessageSize; records over this + 64 KiB are treated as damage.")(command)
+    return click.option("--no-mmap", is_flag=True,
+                        help="Read with pread instead of mmap (automatic when a broker holds the store's lock: "
+                             "safe if it truncates files under us).")(command)
 
 
 def parse_time(value: str | None, param: str) -> int | None:
