@@ -92,7 +92,7 @@ def _as_on_a_terminal():
 
     original = output.default_format
 
-    def default_format(fmt):
+    def default_format(fmt, report=False):
         return fmt or "table"
 
     modules = [m for m in list(sys.modules.values()) if getattr(m, "default_format", None) is original]

@@ -347,3 +347,29 @@ def test_missing_extra_is_one_line_naming_it(args, blocked, extra, tmp_path):
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert lines[-1].startswith("rmqdump: error: ") and f"pip install 'rmqdump[{extra}]'" in lines[-1], r.stderr
+
+
+REPORTS = [["verify"], ["info"], ["repair"], ["stats"], ["consumers"], ["pending"]]
+
+
+@pytest.mark.parametrize("args", REPORTS, ids=[a[0] for a in REPORTS])
+def test_a_report_piped_is_human_text_and_json_only_when_asked(args, tmp_path):
+    """Reports are read by people: piped (to less, to a file) they stay plain text without colour; JSON
+    only with -f json. Record streams (scan) stay JSONL when piped."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    store = str(Path(__file__).resolve().parent.parent / "fixtures" / "store")
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    run = lambda *extra: subprocess.run([sys.executable, "-m", "rmqdump.cli", *args, store, *extra],  # noqa: E731
+                                        capture_output=True, text=True, timeout=120, env=env)
+    r = run()
+    assert r.returncode in (0, 1) and r.stdout.strip(), r.stderr
+    assert not r.stdout.lstrip().startswith(("{", "[")) and "\x1b[" not in r.stdout, r.stdout[:500]
+    j = run("-f", "json")
+    json.loads(j.stdout)
+    s = subprocess.run([sys.executable, "-m", "rmqdump.cli", "scan", store], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert all(json.loads(line) for line in s.stdout.splitlines())

@@ -10,11 +10,10 @@ from rmqdump.cli.options import (
     access_options,
     body_decoder_options,
     crc_option,
-    output_options,
     resolve_body_decoder,
     store_argument,
 )
-from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, report_body_errors
+from rmqdump.cli.output import FORMATS, RecordWriter, default_format, diag, iso_ms, report_body_errors
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import Message
 from rmqdump.errors import StoreError
@@ -43,7 +42,9 @@ MSG_COLUMNS = [
 @click.option("--resolve", "do_resolve", is_flag=True,
               help="With --unconsumed: add the real destination of system-topic records (`resolved` field).")
 @crc_option()
-@output_options
+@click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default=None,
+              help="Output format (default: table, plain text when piped; with --unconsumed jsonl when piped).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary lines on stderr.")
 @body_decoder_options
 @access_options
 def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, body_mode, decompress, no_mmap,
@@ -54,7 +55,7 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
     consumed (the question after a disk is pulled from a dead broker), e.g. as JSONL with
     -f jsonl. Offsets are persisted every few seconds, so after a crash this is an upper bound.
     Exit 1 if a CQ entry in the unconsumed range points at a bad record."""
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=not unconsumed)  # the lag table is a report, --unconsumed records
     st = Store.open(store)
     if st.root is None:
         raise StoreError("consumers needs a store root (with config/ and consumequeue/), not commitlog files",

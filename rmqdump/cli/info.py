@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rmqdump.analysis.info import store_info
-from rmqdump.cli.options import access_options, output_options, store_argument
+from rmqdump.cli.options import access_options, report_output_options, store_argument
 from rmqdump.cli.output import default_format, emit_document, escape_control, iso_ms
 
 
@@ -73,13 +73,13 @@ def render(console: Console, doc: dict) -> None:
 
 @click.command()
 @store_argument
-@output_options
+@report_output_options
 @access_options
 def info(store, fmt, quiet, no_mmap, max_message_size):
     """Summarise STORE: commitlog segments and offset range, consume queues with entry counts,
     index files, checkpoint times (UTC), abort marker and whether the broker's lock is held
     (and by which PID). Never takes the lock; reads only the last segment's records."""
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=True)
     if fmt == "csv":
         raise click.BadParameter("info prints a document: use table, json or jsonl", param_hint="--format")
     emit_document(store_info(store, use_mmap=not no_mmap), fmt, render)

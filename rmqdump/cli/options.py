@@ -2,7 +2,7 @@
 
 | idea | option | commands |
 |---|---|---|
-| output | ``--format/-f``, ``--quiet/-q`` | every report |
+| output | ``--format/-f``, ``--quiet/-q``: records default to jsonl when piped (:data:`output_options`), reports stay text (:data:`report_output_options`) | every command |
 | how bodies print | ``--body SPEC`` + ``--decompress`` (:data:`body_decoder_options`) | scan, lookup, pending, consumers |
 | bodies in an export | ``--body`` flag + ``--decompress`` (:data:`include_body_options`) | export, spark export |
 | body CRC | ``--crc check|flag|off``; ``--no-crc`` = ``--crc off`` (:func:`crc_option`) | scan, stats, pending, consumers, export, spark export |
@@ -39,10 +39,20 @@ def compose(*decorators):
 
 store_argument = click.argument("store", type=click.Path(exists=True, path_type=str), metavar="STORE")
 
+_QUIET = click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary lines on stderr.")
+
+#: records (scan, lookup, ...): for the next program when piped
 output_options = compose(
     click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default=None,
                  help="Output format (default: table on a terminal, jsonl when piped)."),
-    click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary lines on stderr."),
+    _QUIET,
+)
+
+#: reports (verify, info, repair, stats, pending): read by people, also when piped
+report_output_options = compose(
+    click.option("--format", "-f", "fmt", type=click.Choice(FORMATS), default=None,
+                 help="Output format (default: table, plain text when piped; json or jsonl for programs)."),
+    _QUIET,
 )
 
 body_options = compose(

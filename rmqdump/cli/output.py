@@ -100,10 +100,15 @@ def stderr_console() -> Console:
     return Console(file=sys.stderr, stderr=True, highlight=False, no_color=_no_color(), soft_wrap=True)
 
 
-def default_format(fmt: str | None) -> str:
-    """``table`` on a terminal, ``jsonl`` when piped."""
+def default_format(fmt: str | None, report: bool = False) -> str:
+    """The output format when ``--format`` is not given. Records (scan, lookup, ...) are ``table`` on a
+    terminal and ``jsonl`` when piped, for the next program; a report (verify, info, repair, stats,
+    consumers, pending) is read by people, so it stays human text when piped too (plain, no colour):
+    JSON only with ``-f json``/``-f jsonl``."""
     if fmt:
         return fmt
+    if report:
+        return "table"
     return "table" if sys.stdout.isatty() else "jsonl"
 
 

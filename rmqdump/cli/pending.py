@@ -13,8 +13,8 @@ from rmqdump.cli.options import (
     body_decoder_options,
     crc_option,
     now_option,
-    output_options,
     parse_time,
+    report_output_options,
     resolve_body_decoder,
     store_argument,
 )
@@ -53,7 +53,7 @@ def _due_text(due: int | None, overdue: bool | None) -> str:
                    "superseded, redeliver, lost, ...), not only the pending ones.")
 @crc_option()
 @now_option
-@output_options
+@report_output_options
 @body_decoder_options
 @access_options
 def pending(store, kinds, show_all, crc, now, fmt, quiet, body_mode, decompress, no_mmap, max_message_size):
@@ -63,7 +63,7 @@ def pending(store, kinds, show_all, crc, now, fmt, quiet, body_mode, decompress,
     (with their real topic), 5.x timer messages without a delivered copy, and PREPARED records
     nobody committed or rolled back. Exit 1 on damage or on a delayed message the offsets say was
     delivered but that is nowhere on disk (state `lost`)."""
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=True)
     decoder = resolve_body_decoder(body_mode, fmt)
     now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
     st = Store.open(store)

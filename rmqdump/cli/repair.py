@@ -84,7 +84,7 @@ def _render_plan(console, doc) -> None:
 @click.option("--commitlog-file-size", type=click.IntRange(min=64), default=None,
               help="The broker's mappedFileSizeCommitLog, when the store's only commitlog file was cut short.")
 @click.option("--format", "-f", "fmt", type=click.Choice(("table", "json", "jsonl")), default=None,
-              help="Output format (default: table on a terminal, jsonl when piped).")
+              help="Output format (default: table, plain text when piped; json or jsonl for programs).")
 @click.option("--quiet", "-q", is_flag=True, help="No summary lines on stderr.")
 def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuild_index, to_dir, cq_file_size,
            commitlog_file_size, fmt, quiet):
@@ -99,7 +99,7 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
     """
     from rmqdump.write.repair import apply_plan, plan_repair, rebuild_to, undo_backup
 
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=True)
     if fmt == "csv":
         fmt = "json"
     if undo:

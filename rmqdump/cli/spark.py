@@ -21,6 +21,7 @@ from rmqdump.cli.options import (
     output_options,
     parse_window,
     record_filter_options,
+    report_output_options,
     resolve_body_decoder,
     time_window_options,
     verify_options,
@@ -242,7 +243,7 @@ def lookup_cmd(stores, key, topic, since, until, limit, force_scan, fmt, quiet, 
 @spark.command("verify")
 @stores_argument
 @verify_options
-@output_options
+@report_output_options
 @spark_options
 @access_options
 def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels, list_limit, max_findings, fmt, quiet,
@@ -257,7 +258,7 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
     from rmqdump.cli.output import default_format, diag, emit_document, stdout_console
     from rmqdump.cli.verify import render_report
 
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=True)
     if fmt == "csv":
         raise click.BadParameter("verify prints documents: use table, json or jsonl", param_hint="--format")
     session = _session(master, conf, quiet)

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rmqdump.analysis.stats import ROW_FIELDS, compute_stats, has_errors, stats_rows
-from rmqdump.cli.options import access_options, crc_option, output_options, store_argument
+from rmqdump.cli.options import access_options, crc_option, report_output_options, store_argument
 from rmqdump.cli.output import RecordWriter, default_format, diag, emit_document, escape_control, iso_ms, progress_bar
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.store.root import Store
@@ -82,7 +82,7 @@ def render(console: Console, doc: dict) -> None:
 @click.command()
 @store_argument
 @crc_option()
-@output_options
+@report_output_options
 @access_options
 def stats(store, crc, fmt, quiet, no_mmap, max_message_size):
     """Statistics of the commitlog of STORE, like pg_waldump --stats: records and bytes per
@@ -90,7 +90,7 @@ def stats(store, crc, fmt, quiet, no_mmap, max_message_size):
     share, born-vs-store clock skew, system topics resolved to their real destinations and
     per-segment record and finding counts. Walks past damage (exit 1 if any). Table, json
     (one document), jsonl and csv (one row per section entry)."""
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=True)
     cl = Store.open(store).commitlog
     total = sum(s.size for s in cl.segments)
     with progress_bar(total, "stats", not quiet) as update:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rmqdump.analysis.verify import verify_store
-from rmqdump.cli.options import access_options, output_options, verify_options
+from rmqdump.cli.options import access_options, report_output_options, verify_options
 from rmqdump.cli.output import default_format, diag, emit_document, escape_control, progress_bar
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.findings import ERROR, INFO, WARNING
@@ -24,7 +24,7 @@ _TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
 @click.command()
 @click.argument("path", type=click.Path(exists=True, path_type=str), metavar="PATH")
 @verify_options
-@output_options
+@report_output_options
 @access_options
 def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_limit, max_findings, fmt, quiet,
            no_mmap, max_message_size):
@@ -36,7 +36,7 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     drop); with --keep-going lists the intact records beyond damage. Exit 0 clean, 1 errors
     found, 2 could not run.
     """
-    fmt = default_format(fmt)
+    fmt = default_format(fmt, report=True)
     if fmt == "csv":
         raise click.BadParameter("verify prints one document: use table, json or jsonl", param_hint="--format")
     store = Store.open(path)
