@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rmqdump.errors import RmqdumpError
+from rmqdump.codec.record import END_OF_DATA, Invalid
+from rmqdump.errors import FormatError, RmqdumpError
 from rmqdump.store.checkpoint import ms_to_iso, read_checkpoint
 from rmqdump.store.commitlog import CommitLog
 from rmqdump.store.root import Store
@@ -28,10 +29,25 @@ def data_end(cl: CommitLog, use_mmap: bool = True) -> tuple[int, str]:
     return walk.end_offset, f"{walk.stop.kind}: {walk.stop.detail}" if walk.stop else ""
 
 
+def refuse_non_segment(cl: CommitLog, use_mmap: bool = True) -> None:
+    """A single file without a 20-digit name is a segment only if a record starts at its first byte
+    (as ``scan`` decides); anything else (a text file, an image) is a ``FormatError``, not a store."""
+    if len(cl.segments) != 1 or not any(p.kind == "segment_name" for p in cl.problems):
+        return
+    seg = cl.segments[0]
+    rec = cl.decode_at(seg.start, use_mmap=use_mmap, check_crc=False, read_body=False)
+    if not isinstance(rec, Invalid) or rec.kind == END_OF_DATA:  # a record or a BLANK; empty or zero bytes
+        return
+    raise FormatError(f"not a RocketMQ store, commitlog directory or segment: the name is not a 20-digit offset "
+                      f"and no record starts at byte 0 ({rec.kind}: {rec.detail})", seg.path, 0)
+
+
 def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
-    """A JSON-ready summary of a store; problems reading a part are reported, not raised."""
+    """A JSON-ready summary of a store; problems reading a part are reported, not raised (but a path that
+    holds no commitlog at all is a :class:`FormatError`)."""
     store = Store.open(path)
     cl = store.commitlog
+    refuse_non_segment(cl, use_mmap)
     end, why = data_end(cl, use_mmap)
     doc: dict = {
         "store": str(store.root or cl.location),

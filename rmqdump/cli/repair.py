@@ -59,8 +59,11 @@ def _render_plan(console, doc) -> None:
     for w in doc["warnings"]:
         line(f"  warning: {w}", "yellow")
     start = (doc.get("broker_recovery") or {}).get("start_offset")
-    line(f"  outcome: commitlog end {doc['end']}; {doc['records_kept']} messages from offset {start} (where the "
-         f"broker's recovery walk starts); {len(doc['changes'])} changes, {doc['bytes_changed']} bytes")
+    written = doc.get("records_written") or 0
+    line(f"  outcome: commitlog end {doc['end']}; {doc['records_kept']} messages"
+         + (f" and {written} filler/tombstone record(s) over the damage" if written else "")
+         + f" from offset {start} (where the broker's recovery walk starts); {len(doc['changes'])} changes, "
+         f"{doc['bytes_changed']} bytes")
 
 
 @click.command()

@@ -148,7 +148,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     if from_end or until_idle is not None:
         raise click.UsageError("--from-end and --until-idle need --follow")
 
-    from rmqdump.analysis.scan import fast_jsonl_applies, scan_fast, scan_pure, scan_range
+    from rmqdump.analysis.scan import fast_jsonl_applies, scan_fast, scan_pure, scan_range, start_hint
 
     cl = Store.open(path).commitlog
     rng = scan_range(cl, from_offset, to_offset, max_bytes)
@@ -188,10 +188,15 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
         return 0
     seg = cl.segment_for(stop.offset)
     where = f"{seg.path} at byte {stop.file_pos} (offset {stop.offset})" if seg else f"offset {stop.offset}"
+    hint = start_hint(cl, rng, walk, skipped, use_mmap=use_mmap, max_record_size=max_record_size) \
+        if from_offset is not None else None
+    if hint is not None and hint.inside:
+        raise FormatError(hint.text, hint.file, hint.file_pos)
     if stop.kind == END_OF_DATA:
         if not quiet:
             diag(f"end of valid data at {stop.offset}: {stop.detail}; {walk.records} records walked, "
-                 f"{writer.count} printed" + (f", {skipped} damaged ranges skipped" if skipped else ""))
+                 f"{writer.count} printed" + (f", {skipped} damaged ranges skipped" if skipped else "")
+                 + (f"; {hint.text}" if hint else ""))
         if skipped:
             raise SystemExit(1)
         return 0

@@ -226,6 +226,12 @@ def _parallel_jobs(segments, use_mmap: bool) -> int:
     return min(default_jobs(), len(segments))
 
 
+def records_end(results: list[SegmentResult], default: int) -> int:
+    """Where the valid records end: the furthest end of a segment that holds any (a record, a BLANK); a
+    segment with none (an all-zero pre-allocated file, damage at its first byte) ends nothing."""
+    return max((r.end_offset for r in results if r.end_offset > r.start), default=default)
+
+
 def _sort_key(f: Finding):
     return (_SEV_RANK.get(f.severity, 9), f.file or "", -1 if f.offset is None else f.offset, f.kind)
 
@@ -340,7 +346,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     cache = RecordCache(cl, use_mmap)
     try:
         findings += check_transactions(results, cache, cl.min_offset)
-        valid_end = max((r.end_offset for r in results), default=cl.min_offset)
+        valid_end = records_end(results, cl.min_offset)
 
         # recovery prediction
         pred = None
@@ -459,7 +465,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         "records": sum(r.records for r in results),
         "blanks": sum(r.blanks for r in results),
         "record_bytes": sum(r.record_bytes for r in results),
-        "valid_end": max((r.end_offset for r in results), default=None),
+        "valid_end": records_end(results, cl.min_offset) if results else None,
         "first_damage": first_damage,
         "consume_queues": len(states),
         "cq_records_checked": cq_checker.records_checked if cq_checker else 0,

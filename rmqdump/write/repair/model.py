@@ -59,7 +59,8 @@ class RepairPlan:
     reason: str = ""
     broker_end: int | None = None  # where the broker's recovery would end the commitlog
     end: int | None = None  # where the repaired commitlog ends
-    records_kept: int = 0
+    records_kept: int = 0  # the store's messages the repaired commitlog holds from the recovery start
+    records_written: int = 0  # filler and tombstone records the plan writes over damage
     records_lost: int = 0  # intact records the plan discards
     broker_would_lose: int = 0  # intact records the broker's recovery would discard
     salvage_needed: bool = False
@@ -84,7 +85,8 @@ class RepairPlan:
         pred = self.prediction
         return {
             "store": str(self.store), "mode": self.mode, "reason": self.reason, "broker_end": self.broker_end,
-            "end": self.end, "records_kept": self.records_kept, "records_lost": self.records_lost,
+            "end": self.end, "records_kept": self.records_kept,
+            "records_written": self.records_written, "records_lost": self.records_lost,
             "broker_would_lose": self.broker_would_lose, "salvage_needed": self.salvage_needed,
             "salvage": self.salvage, "choices": self.choices, "steps": self.steps,
             "changes": [c.to_dict() for c in self.changes],

@@ -145,6 +145,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     pointing = _entries_into(states, [(a, b) for a, b, _ in fillers])
     tombstoned: set[int] = set()
     filler_offsets: set[int] = set()
+    recrced: set[int] = set()  # damaged spans kept as records by a CRC rewrite (not neutralised)
     for start, stop, kind in fillers:
         seg = cl.segment_for(start)
         rel = f"{STORE_COMMITLOG_DIR}/{seg.name}"
@@ -155,6 +156,8 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
             plan.changes.append(Change("write", rel, offset=pos - seg.start, length=4, data=crc_bytes,
                                        group="commitlog", why=what))
             plan.step("commitlog", "recrc", offset=start, length=stop - start, kind=kind, detail=what)
+            plan.records_kept += 1  # the record stays (its CRC rewritten): recovery and scan count it
+            recrced.add(start)
             continue
         neutralised.append((start, stop))
         pieces = _span_pieces(start, stop, pointing.get((start, stop), []), stop == seg.end)
@@ -170,12 +173,14 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                     data = filler_record(a, b - a, ts, host, f"({kind})")
                     what = f"ROLLBACK filler record over {b - a} damaged bytes ({kind})"
                     filler_offsets.add(a)
+                    plan.records_written += 1
                     plan.changes.append(Change("write", rel, offset=a - seg.start, length=len(data), data=data,
                                                group="commitlog", why=what))
                     plan.step("commitlog", "neutralise", offset=a, length=b - a, kind=kind, detail=what)
                     continue
                 what = f"tombstone for {topic}/{qid} queue offset {qoff} over {b - a} damaged bytes ({kind})"
                 tombstoned.add(a)
+                plan.records_written += 1
             elif what_kind == "blank":
                 data = _blank(b - a)
                 what = f"end-of-file BLANK over {b - a} damaged bytes ({kind})"
@@ -183,6 +188,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                 data = filler_record(a, b - a, ts, host, f"({kind})")
                 what = f"ROLLBACK filler record over {b - a} damaged bytes ({kind})"
                 filler_offsets.add(a)
+                plan.records_written += 1
             plan.changes.append(Change("write", rel, offset=a - seg.start, length=len(data), data=data,
                                        group="commitlog", why=what))
             plan.step("commitlog", "neutralise", offset=a, length=b - a, kind=kind, detail=what)
@@ -219,7 +225,9 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                    "segment after the end" + ("" if has_data else " (all zeros)"))
             plan.changes.append(Change("delete", f"{STORE_COMMITLOG_DIR}/{s.name}", group="commitlog", why=why))
             plan.step("commitlog", "delete", file=s.name, has_data=has_data)
-    for entries in pointing.values():
+    for (a, _b), entries in pointing.items():
+        if a in recrced:
+            continue  # the record is kept: its ConsumeQueue entry still points at it
         for off, _sz, topic, qid, qoff in entries:
             if off not in tombstoned:
                 plan.warnings.append(f"ConsumeQueue {topic}/{qid} queue offset {qoff} points at neutralised bytes "
