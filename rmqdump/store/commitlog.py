@@ -27,6 +27,7 @@ from rmqdump.findings import ERROR, WARNING, Finding
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
 _RESYNC_CHUNK = 1 << 20
 _HOLE_PROBE_EVERY = 64 << 20  # bytes searched before asking the filesystem for the next data again
+_PAGE = 4096  # holes are found page by page (SEEK_DATA rounds to the filesystem's block/page)
 #: resync CRC budget: this many bytes, plus RESYNC_CRC_PER_BYTE per byte scanned (see Walk._resync)
 RESYNC_CRC_BASE = 64 << 20
 RESYNC_CRC_PER_BYTE = 4
@@ -257,18 +258,22 @@ class Walk:
         damaged_bodies: dict[int, int] = {}  # end -> start of candidates with a sound header but a wrong CRC
         p = lo + 4  # the magic of a record starting at >= lo sits at >= lo + 4
         probe = p
+        stop_at = jump = None  # a hole follows: search up to stop_at, then go on at jump (None: no data left)
         while p + 4 <= r.size:
-            if p >= probe:  # jump over the holes of a sparse file without reading them (SEEK_DATA)
-                nxt = r.next_data(p)
-                if nxt is None:
-                    return None
-                p, probe = max(p, nxt), max(p, nxt) + _HOLE_PROBE_EVERY
-                r.release(p - 8)
-            buf, i, avail = r.view(p, min(_RESYNC_CHUNK, r.size - p))
-            if avail < 4:
+            if p >= probe and stop_at is None:
+                # jump over the holes of a sparse file without reading them (SEEK_DATA), asked from the page
+                # after p's: on tmpfs an mmap read allocates every page it touches, so p's own page (read by
+                # us) always looks like data, and asking from p would read a 4 GiB hole through
+                edge = min((p // _PAGE + 1) * _PAGE, r.size)
+                nxt = r.next_data(edge) if edge < r.size else None
+                if nxt is None or nxt > edge:
+                    stop_at, jump = edge, nxt
+                probe = edge + _HOLE_PROBE_EVERY
+            buf, i, avail = r.view(p, min(_RESYNC_CHUNK, r.size - p) if stop_at is None else stop_at - p)
+            if avail < 4 and stop_at is None:
                 return None
             cands = []
-            for magic in _MAGICS:
+            for magic in _MAGICS if avail >= 4 else ():
                 f = buf.find(magic, i, i + avail)
                 while f >= 0:
                     cands.append(p + (f - i) - 4)
@@ -289,6 +294,13 @@ class Walk:
                     return damaged_bodies.get(cand, cand)
                 if isinstance(rec, Invalid) and rec.kind == BODY_CRC:
                     damaged_bodies.setdefault(cand + cost, cand)
+            if stop_at is not None and p + avail >= stop_at:  # p's page is searched: on to the next data
+                if jump is None:
+                    return None
+                p, stop_at = jump, None
+                probe = p + _HOLE_PROBE_EVERY
+                r.release(p - 8)
+                continue
             p += max(1, avail - 3)
         return None
 
