@@ -62,6 +62,20 @@ V_OUT_I, V_OUT_CODE = 45, 46
 V_BLOCK_SIZE = 48
 
 
+# The int64 argument block of the ConsumeQueue join (rmqdump_cqjoin; see rmqdump.fast.cqjoin).
+CQJOIN_COLUMNS: tuple[str, ...] = (
+    "file_pos", "size", "queue_id", "queue_offset", "sys_flag", "topic_start", "topic_length", "properties_start",
+    "properties_length")
+J_BUF, J_SIZE, J_I0, J_N, J_SEG_START, J_COLUMNS = 0, 1, 2, 3, 4, 5
+J_HT_KEYS, J_HT_IDS, J_HT_MASK, J_ARENA, J_ARENA_SIZE, J_ARENA_OFF, J_ARENA_LEN, J_TFLAGS, J_NTOPICS = (
+    14, 15, 16, 17, 18, 19, 20, 21, 22)
+J_QT_KEYS, J_QT_SLOTS, J_QT_MASK, J_Q_BASE, J_Q_N, J_Q_AT, J_NQ = 23, 24, 25, 26, 27, 28, 29
+J_PHYS, J_SIZES, J_TAGS, J_NENTRIES, J_SCRATCH, J_SCRATCH_CAP = 30, 31, 32, 33, 34, 35
+J_CODE, J_GIDX, J_TID, J_OUT_I = 36, 37, 38, 39
+J_BLOCK_SIZE = 40
+# per-record codes of the join
+JCODE_SKIP, JCODE_CLEARED, JCODE_UNMATCHED, JCODE_PYTHON = 0, 1, 2, 3
+
 # --- JSONL row kernels (_jsonkernels) ---------------------------------------------------------------
 
 # Body modes of the JSONL kernel.

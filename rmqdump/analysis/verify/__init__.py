@@ -232,6 +232,18 @@ def records_end(results: list[SegmentResult], default: int) -> int:
     return max((r.end_offset for r in results if r.end_offset > r.start), default=default)
 
 
+def _cq_checker_class(use_mmap: bool) -> type[CqChecker]:
+    """The ConsumeQueue checker: its compiled twin (column batches, identical findings) where the compiled
+    walk can run, else the pure reference."""
+    from rmqdump.fast.walk import fast_available
+
+    if use_mmap and fast_available():
+        from rmqdump.analysis.verify.queue_fast import FastCqChecker
+
+        return FastCqChecker
+    return CqChecker
+
+
 def _sort_key(f: Finding):
     return (_SEV_RANK.get(f.severity, 9), f.file or "", -1 if f.offset is None else f.offset, f.kind)
 
@@ -252,7 +264,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     (same signatures): ``rmqdump.spark`` hands in segment results computed on executors.
     """
     verify_segment_ = segment_verifier or verify_segment
-    cq_checker_ = cq_checker_factory or CqChecker
+    cq_checker_ = cq_checker_factory or _cq_checker_class(use_mmap)
     store = path if isinstance(path, Store) else Store.open(path)
     cl = store.commitlog
     root = store.root
@@ -322,6 +334,8 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                     continue
                 results.append(res)
                 findings += res.findings
+    on_batch = getattr(cq_checker, "on_batch", None)
+    batch_kw = {"on_batch": on_batch} if on_batch is not None and segment_verifier is None else {}
     for seg in cl.segments if jobs <= 1 else ():
         cb = None
         if progress is not None:
@@ -334,7 +348,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                                   max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
                                   on_message=cq_checker.on_message if cq_checker else None, progress=cb,
                                   list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                                  zero_start=seg.start == 0 and seg is cl.segments[0])
+                                  zero_start=seg.start == 0 and seg is cl.segments[0], **batch_kw)
         except RmqdumpError as e:
             findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(e)))
             continue

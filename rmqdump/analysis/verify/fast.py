@@ -195,7 +195,7 @@ class _FastSegment:
     def __init__(self, segment: Segment, *, file_size: int | None, check_crc: bool, keep_going: bool,
                  max_record_size: int, file_label: str | None, on_message: Callable[[Message], None] | None,
                  progress: Callable[[int], None] | None, list_limit: int, max_findings_per_kind: int,
-                 zero_start: bool):
+                 zero_start: bool, on_batch: Callable | None = None):
         self.segment = segment
         self.file_size = file_size
         self.check_crc = check_crc
@@ -203,6 +203,7 @@ class _FastSegment:
         self.max_record_size = max_record_size
         self.label = file_label or str(segment.path)
         self.on_message = on_message
+        self.on_batch = on_batch if on_message is not None else None
         self.progress = progress
         self.list_limit = list_limit
         self.zero_start = zero_start
@@ -292,14 +293,18 @@ class _FastSegment:
         addr = b.ctypes.data
         vscan = self._vscan
         on_message = self.on_message
+        on_batch = self.on_batch
         i = delivered = 0
         while i < n:
             b[abi.V_I0] = i
             vscan(addr)
             j, code = int(b[abi.V_OUT_I]), int(b[abi.V_OUT_CODE])
             if on_message is not None and delivered < j:
-                for m in batch.messages(False, delivered, j):
-                    on_message(m)
+                if on_batch is not None:
+                    on_batch(batch, delivered, j)
+                else:
+                    for m in batch.messages(False, delivered, j):
+                        on_message(m)
                 delivered = j
             if code == 0:
                 break
@@ -441,7 +446,8 @@ def verify_segment_fast(segment: Segment, *, file_size: int | None = None, check
                         keep_going: bool = True, max_record_size: int = MAX_RECORD_SIZE,
                         file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
                         progress: Callable[[int], None] | None = None, list_limit: int = 10000,
-                        max_findings_per_kind: int = 1000, zero_start: bool = False) -> SegmentResult | None:
+                        max_findings_per_kind: int = 1000, zero_start: bool = False,
+                        on_batch: Callable | None = None) -> SegmentResult | None:
     """:func:`~rmqdump.analysis.verify.records.verify_segment` through the kernels; None when they cannot
     run here or the segment cannot be mapped (the caller then takes the pure path)."""
     if not fw.fast_available() or fw.backend().vscan is None:
@@ -449,7 +455,7 @@ def verify_segment_fast(segment: Segment, *, file_size: int | None = None, check
     return _FastSegment(segment, file_size=file_size, check_crc=check_crc, keep_going=keep_going,
                         max_record_size=max_record_size, file_label=file_label, on_message=on_message,
                         progress=progress, list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                        zero_start=zero_start).run()
+                        zero_start=zero_start, on_batch=on_batch).run()
 
 
 # --- the broker's recovery walk through the kernel -------------------------------------------------

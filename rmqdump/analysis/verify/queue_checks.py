@@ -76,8 +76,44 @@ class _Queue:
         return f"{self.label}/{start:020d}", logical % fs
 
 
+class Unmatched:
+    """Records no entry points at, in commitlog order: ``(offset, size, topic bytes, queue id, queue offset,
+    segment name)`` tuples, or compact column chunks appended by the compiled join (:meth:`add_rows`)."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+        self.n = 0
+
+    def append(self, row: tuple) -> None:
+        if not self.parts or not isinstance(self.parts[-1], list):
+            self.parts.append([])
+        self.parts[-1].append(row)
+        self.n += 1
+
+    def add_rows(self, offsets, sizes, topic_ids, topics: list[bytes], qids, qoffs, file: str) -> None:
+        """Rows as columns (anything with ``tolist()``); ``topics[topic_ids[k]]`` is row k's topic."""
+        if len(offsets):
+            self.parts.append((offsets, sizes, topic_ids, topics, qids, qoffs, file))
+            self.n += len(offsets)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for part in self.parts:
+            if isinstance(part, list):
+                yield from part
+                continue
+            offsets, sizes, tids, topics, qids, qoffs, file = part
+            for off, size, t, qid, qoff in zip(offsets.tolist(), sizes.tolist(), tids.tolist(), qids.tolist(),
+                                               qoffs.tolist(), strict=True):
+                yield off, size, topics[t], qid, qoff, file
+
+
 class CqChecker:
     """ConsumeQueue ↔ commitlog in both directions; feed it every valid record via :meth:`on_message`."""
+
+    queue_class = _Queue
 
     def __init__(self, root: Path, states: list[QueueState], cl: CommitLog, *,
                  delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS, topics: dict | None = None,
@@ -88,10 +124,10 @@ class CqChecker:
         self.by_topic: dict[bytes, dict[int, _Queue]] = {}
         self.queues: list[_Queue] = []
         for st in states:
-            q = _Queue(st, root)
+            q = self.queue_class(st, root)
             self.queues.append(q)
             self.by_topic.setdefault(os.fsencode(st.topic), {})[st.queue_id] = q
-        self.unmatched: list[tuple[int, int, bytes, int, int, str]] = []
+        self.unmatched = Unmatched()
         self.findings: list[Finding] = []
         self.max_per_kind = max_per_kind
         self.counts: Counter = Counter()
@@ -168,12 +204,14 @@ class CqChecker:
         """Classify what was not matched. ``dispatch_from``: records at or after it get entries at
         the next start; ``recovery_end``: predicted commitlog end (entries past it are truncated)."""
         min_off = self.cl.min_offset
-        undispatched = [u for u in self.unmatched if u[0] >= dispatch_from]
-        missing = [u for u in self.unmatched if u[0] < dispatch_from]
-        if undispatched:
-            first = undispatched[0]
+        first, undispatched = None, 0
+        for u in self.unmatched:
+            if u[0] >= dispatch_from:
+                first = u if first is None else first
+                undispatched += 1
+        if first is not None:
             self._add(INFO, "cq_not_dispatched", f"commitlog/{first[5]}", first[0],
-                      f"{len(undispatched)} record(s) from offset {first[0]} have no consume-queue entry yet; "
+                      f"{undispatched} record(s) from offset {first[0]} have no consume-queue entry yet; "
                       f"the broker dispatches them at its next start (from {dispatch_from})")
         # unmatched valid entries, by commitlog offset, to explain missing records
         unmatched_entries: dict[int, list[tuple[_Queue, int]]] = {}
@@ -182,7 +220,7 @@ class CqChecker:
             i = m.find(0)
             expired = 0
             while i >= 0:
-                phys, size = q.phys[i], q.sizes[i]
+                phys, size = int(q.phys[i]), int(q.sizes[i])
                 if phys >= 0 and size > 0 and not (phys == 0 and size == 0x7FFFFFFF):
                     if phys < min_off:
                         expired += 1
@@ -206,7 +244,9 @@ class CqChecker:
                           f"{st.max_offset}: the broker's CQ recovery discards them")
         with_queues = {q.state.topic for q in self.queues}
         deleted: Counter = Counter()
-        for off, _size, topic_raw, qid, qoff, seg_name in missing:
+        for off, _size, topic_raw, qid, qoff, seg_name in self.unmatched:
+            if off >= dispatch_from:
+                continue
             topic = topic_raw.decode("utf-8", "replace")
             if self.topics and topic not in self.topics and topic not in with_queues:
                 deleted[topic] += 1  # an admin deleted the topic: the broker removed its queues on purpose

@@ -19,12 +19,14 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                    file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
                    progress: Callable[[int], None] | None = None, list_limit: int = 10000,
                    max_findings_per_kind: int = 1000, zero_start: bool = False,
-                   fast: bool | None = None) -> SegmentResult:
+                   fast: bool | None = None, on_batch: Callable | None = None) -> SegmentResult:
     """Verify every record of one segment (the finding kinds: :mod:`rmqdump.analysis.verify`).
 
     ``fast``: walk and check with the compiled kernels (:mod:`rmqdump.analysis.verify.fast`); None =
     when they are available and the segment is big enough (``use_mmap`` only). Other arguments: see
-    :func:`rmqdump.analysis.verify.records.verify_segment_pure`.
+    :func:`rmqdump.analysis.verify.records.verify_segment_pure`. ``on_batch(batch, lo, hi)``: on the compiled
+    path, called instead of ``on_message`` for rows ``lo..hi-1`` of a walk batch that the record checks cleared
+    (``on_message`` still gets the records they look at, in order).
     """
     kwargs = dict(file_size=file_size, check_crc=check_crc, keep_going=keep_going, max_record_size=max_record_size,
                   file_label=file_label, on_message=on_message, progress=progress, list_limit=list_limit,
@@ -32,7 +34,7 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     if fast is None:
         fast = use_mmap and use_fast(segment.size)
     if fast:
-        res = verify_segment_fast(segment, **kwargs)
+        res = verify_segment_fast(segment, on_batch=on_batch, **kwargs)
         if res is not None:
             return res
     return verify_segment_pure(segment, use_mmap=use_mmap, **kwargs)
