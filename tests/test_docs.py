@@ -86,3 +86,17 @@ def test_documented_python_runs(code):
     with contextlib.redirect_stdout(out):
         exec(compile(code, "README.md", "exec"), {})
     assert out.getvalue().strip()
+
+
+def test_readme_shows_the_tables_on_an_80_column_terminal():
+    """The scan and verify sections show a real run on an 80-column pseudo-terminal, and it fits."""
+    gen = _gen_docs()
+    text = README.read_text(encoding="utf-8")
+    assert {name for name, runs in gen.NARROW.items() for width, _ in runs if width == 80} >= {"scan", "verify"}
+    for name, runs in gen.NARROW.items():
+        section = text[text.index(f"### `rmqdump {name}`"):]
+        for width, args in runs:
+            cmd = "$ rmqdump " + " ".join(args)
+            block = section[section.index(cmd):].split("```", 1)[0].splitlines()[1:]
+            assert len(block) > 5 and "…" not in block[0]
+            assert all(len(line) <= width for line in block if not line.startswith(("hidden at", "stopped"))), block

@@ -13,7 +13,7 @@ from rmqdump.cli.options import (
     resolve_body_decoder,
     store_argument,
 )
-from rmqdump.cli.output import FORMATS, RecordWriter, default_format, diag, iso_ms, report_body_errors
+from rmqdump.cli.output import FORMATS, Column, RecordWriter, default_format, diag, report_body_errors, utc_ms
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import Message
 from rmqdump.errors import StoreError
@@ -22,13 +22,15 @@ from rmqdump.rows.schema import FIELDS
 from rmqdump.store.root import Store
 
 LAG_COLUMNS = [
-    ("group", "GROUP", 24), ("topic", "TOPIC", 28), ("queue_id", "Q", 3), ("committed", "COMMITTED", 9),
-    ("min_offset", "MIN", 7), ("max_offset", "MAX", 7), ("lag", "LAG", 7), ("note", "NOTE", 60),
+    Column("group", "GROUP", "text", 0, 32, 12), Column("topic", "TOPIC", "text", 0, 32, 12),
+    Column("queue_id", "Q", "num", 0), Column("committed", "COMMITTED", "num", 1), Column("min_offset", "MIN", "num", 2),
+    Column("max_offset", "MAX", "num", 1), Column("lag", "LAG", "num", 0), Column("note", "NOTE", "wrap", 0, None, 30),
 ]
 MSG_COLUMNS = [
-    ("group", "GROUP", 16), ("topic", "TOPIC", 24), ("queue_id", "Q", 3), ("queue_offset", "QOFF", 6),
-    ("offset", "OFFSET", 10), ("store_time", "STORE TIME (UTC)", 29), ("tags", "TAGS", 12), ("keys", "KEYS", 24),
-    ("body", "BODY", 30),
+    Column("group", "GROUP", "text", 2, 24, 10), Column("topic", "TOPIC", "text", 1, 32, 12),
+    Column("queue_id", "Q", "num", 4), Column("queue_offset", "QOFF", "num", 3), Column("offset", "OFFSET", "num", 0),
+    Column("store_time", "STORE TIME (UTC)", "fixed", 6),
+    Column("tags", "TAGS", "text", 8, 16, 6), Column("keys", "KEYS", "text", 7, 32, 10),
 ]
 
 
@@ -83,7 +85,9 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
         return 0
     decoder = resolve_body_decoder(body_mode, fmt)
     columns = ["group", *FIELDS] + (["resolved"] if do_resolve else [])
-    w = RecordWriter(fmt, columns, MSG_COLUMNS)
+    from rmqdump.cli.scan import BODY_COLUMN
+
+    w = RecordWriter(fmt, columns, MSG_COLUMNS + ([BODY_COLUMN] if decoder.needs_body else []))
     problems = 0
     try:
         for u in iter_unconsumed(report, st.root, st.commitlog, read_body=decoder.needs_body, check_crc=crc != "off",
@@ -99,7 +103,7 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
             if do_resolve:
                 row["resolved"] = resolve(u.message)
             if fmt == "table":
-                row["store_time"] = iso_ms(u.message.store_timestamp)
+                row["store_time"] = utc_ms(u.message.store_timestamp)
             w.write(row)
     finally:
         w.close()

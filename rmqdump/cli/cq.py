@@ -6,10 +6,19 @@ import click
 
 from rmqdump.cli.geometry import broker_config_option, resolve
 from rmqdump.cli.options import output_options, store_argument
+from rmqdump.cli.output import Column
 
 TABLE_COLUMNS = [
-    ("topic", "TOPIC", 28), ("queue_id", "Q", 4), ("queue_offset", "QOFF", 8), ("commit_log_offset", "OFFSET", 14),
-    ("size", "SIZE", 8), ("tags_code", "TAGSCODE", 20), ("status", "STATUS", 9), ("file", "FILE", 20),
+    Column("topic", "TOPIC", "text", 3, 32, 12), Column("queue_id", "Q", "num", 3), Column("queue_offset", "QOFF", "num", 0),
+    Column("commit_log_offset", "OFFSET", "num", 0), Column("size", "SIZE", "num", 2),
+    Column("tags_code", "TAGSCODE", "num", 4), Column("status", "STATUS", "fixed", 1), Column("file", "FILE", "fixed", 5),
+]
+SUMMARY_COLUMNS = [
+    Column("topic", "topic", "text", 0, 32, 12), Column("queue", "queue", "num", 0, justify="right"),
+    Column("files", "files", "num", 3, justify="right"), Column("min", "min offset", "num", 0, justify="right"),
+    Column("max", "max offset", "num", 0, justify="right"), Column("entries", "entries", "num", 2, justify="right"),
+    Column("maxphy", "max physic offset", "num", 1, justify="right"),
+    Column("notes", "notes", "wrap", 0, None, 30, style="yellow"),
 ]
 
 
@@ -30,19 +39,14 @@ def _notes(q: dict) -> str:
 
 
 def render(console, doc: dict) -> None:
-    from rich.table import Table
     from rich.text import Text
 
-    from rmqdump.cli.output import escape_control
+    from rmqdump.cli.output import escape_control, print_table
 
-    t = Table(title=f"consume queues (file size {doc['file_size']}, {doc['file_size_source']})", box=None)
-    for c in ("topic", "queue", "files", "min offset", "max offset", "entries", "max physic offset", "notes"):
-        t.add_column(c, justify="left" if c in ("topic", "notes") else "right")
-    for q in doc["queues"]:
-        t.add_row(Text(escape_control(q["topic"])), str(q["queue_id"]), str(len(q["files"])), str(q["min_offset"]),
-                  str(q["max_offset"]), str(q["entries"]), str(q["max_physic_offset"]),
-                  Text(escape_control(_notes(q)), style="yellow"))
-    console.print(t)
+    rows = [(q["topic"], q["queue_id"], len(q["files"]), q["min_offset"], q["max_offset"], q["entries"],
+             q["max_physic_offset"], _notes(q)) for q in doc["queues"]]
+    print_table(console, SUMMARY_COLUMNS, rows,
+                title=f"consume queues (file size {doc['file_size']}, {doc['file_size_source']})")
     for e in doc["errors"]:
         console.print(Text(escape_control(e), style="red"))
 

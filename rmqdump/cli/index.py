@@ -6,10 +6,12 @@ import click
 
 from rmqdump.cli.geometry import geometry_options, resolve
 from rmqdump.cli.options import output_options, store_argument
+from rmqdump.cli.output import Column
 
 TABLE_COLUMNS = [
-    ("file", "FILE", 18), ("number", "ENTRY", 9), ("key_hash", "KEYHASH", 11), ("slot", "SLOT", 9),
-    ("phy_offset", "PHY OFFSET", 14), ("time_diff", "TIMEDIFF", 9), ("time", "TIME", 14), ("prev_index", "PREV", 9),
+    Column("file", "FILE", "fixed", 5), Column("number", "ENTRY", "num", 0), Column("key_hash", "KEYHASH", "num", 1),
+    Column("slot", "SLOT", "num", 2), Column("phy_offset", "PHY OFFSET", "num", 0),
+    Column("time_diff", "TIMEDIFF", "num", 6), Column("time", "TIME", "num", 4), Column("prev_index", "PREV", "num", 3),
 ]
 
 

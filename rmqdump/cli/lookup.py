@@ -104,19 +104,21 @@ def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_
 
 
 def _print_records(res, fmt: str, decoder, decompress: bool, geo) -> None:
-    from rmqdump.cli.output import RecordWriter, iso_ms, report_body_errors
+    from rmqdump.cli.output import RecordWriter, report_body_errors, utc_ms
     from rmqdump.rows.bodyfmt import message_to_row
     from rmqdump.rows.schema import FIELDS
 
     columns = ()
     if fmt == "table":
-        from rmqdump.cli.scan import TABLE_COLUMNS as columns
+        from rmqdump.cli.scan import table_columns
+
+        columns = table_columns(decoder)
     writer = RecordWriter(fmt, FIELDS, columns)
     try:
         for rec in res.hits:
             row = message_to_row(rec, decoder, decompress, fmt in ("table", "csv"), geo.delay_levels_ms)
             if fmt == "table":
-                row["store_time"] = iso_ms(rec.store_timestamp)
+                row["store_time"] = utc_ms(rec.store_timestamp)
             writer.write(row)
     finally:
         writer.close()

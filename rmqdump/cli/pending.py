@@ -18,7 +18,7 @@ from rmqdump.cli.options import (
     resolve_body_decoder,
     store_argument,
 )
-from rmqdump.cli.output import RecordWriter, default_format, diag, iso_ms, progress_bar, report_body_errors
+from rmqdump.cli.output import Column, RecordWriter, default_format, diag, iso_ms, progress_bar, report_body_errors
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import Message
 from rmqdump.rows.schema import BodyErrors, output_body
@@ -28,10 +28,13 @@ from rmqdump.store.root import Store
 
 KIND_GROUPS = {"delay": ("delay",), "transaction": ("tx_half", "tx_prepared"), "timer": ("timer",)}
 TABLE_COLUMNS = [
-    ("kind", "KIND", 11), ("state", "STATE", 10), ("topic", "TOPIC", 22), ("queue_id", "Q", 3),
-    ("queue_offset", "QOFF", 5), ("offset", "OFFSET", 10), ("destination", "REAL TOPIC/Q", 20), ("level", "LVL", 3),
-    ("due", "DUE (UTC)", 30), ("keys", "KEYS", 14), ("detail", "DETAIL", 64),
+    Column("kind", "KIND", "fixed", 0), Column("state", "STATE", "fixed", 0), Column("topic", "TOPIC", "text", 4, 24, 10),
+    Column("queue_id", "Q", "num", 7), Column("queue_offset", "QOFF", "num", 6), Column("offset", "OFFSET", "num", 0),
+    Column("destination", "REAL TOPIC/Q", "text", 1, 32, 12), Column("level", "LVL", "num", 8),
+    Column("due", "DUE (UTC)", "fixed", 2), Column("keys", "KEYS", "text", 5, 24, 8),
+    Column("detail", "DETAIL", "wrap", 0, None, 30),
 ]
+BODY_COLUMN = Column("body", "BODY", "text", 3, 40, 12)
 FIELDS = (*PENDING_FIELDS, "overdue", "body")
 
 
@@ -94,7 +97,7 @@ def pending(store, kinds, show_all, crc, now, fmt, quiet, body_mode, decompress,
     wanted = {k for g in (kinds or KIND_GROUPS) for k in KIND_GROUPS[g]}
     cands = [c for c in res.candidates if c.kind in wanted]
     counts = Counter(c.state for c in cands)
-    table_columns = TABLE_COLUMNS + ([("body", "BODY", 24)] if decoder.needs_body else [])
+    table_columns = TABLE_COLUMNS + ([BODY_COLUMN] if decoder.needs_body else [])
     writer = RecordWriter(fmt, FIELDS, table_columns)
     try:
         for c in cands:

@@ -18,7 +18,17 @@ from rmqdump.cli.options import (
     record_filter_options,
     resolve_body_decoder,
 )
-from rmqdump.cli.output import RecordWriter, _dumps, default_format, diag, iso_ms, progress_bar, report_body_errors
+from rmqdump.cli.output import (
+    Column,
+    RecordWriter,
+    _dumps,
+    default_format,
+    diag,
+    iso_ms,
+    progress_bar,
+    report_body_errors,
+    utc_ms,
+)
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.codec.record import END_OF_DATA, Message
 from rmqdump.errors import FormatError
@@ -28,12 +38,21 @@ from rmqdump.rows.schema import FIELDS
 from rmqdump.store.commitlog import Skipped
 from rmqdump.store.root import Store
 
+#: the table at any width: offsets and numbers whole, text abbreviated with "…", the least needed columns left out
+#: (and named on stderr) when the terminal is narrow; BODY only when a body is decoded (--body)
 TABLE_COLUMNS = [
-    ("offset", "OFFSET", 12), ("topic", "TOPIC", 24), ("queue_id", "Q", 3), ("queue_offset", "QOFF", 6),
-    ("store_time", "STORE TIME (UTC)", 29), ("tags", "TAGS", 12), ("keys", "KEYS", 24), ("size", "SIZE", 7),
-    ("body", "BODY", 30),
+    Column("offset", "OFFSET", "num", 0), Column("topic", "TOPIC", "text", 1, 32, 12),
+    Column("queue_id", "Q", "num", 5), Column("queue_offset", "QOFF", "num", 4),
+    Column("store_time", "STORE TIME (UTC)", "fixed", 6), Column("tags", "TAGS", "text", 8, 16, 6),
+    Column("keys", "KEYS", "text", 7, 32, 10), Column("size", "SIZE", "num", 9),
 ]
-RESOLVED_COLUMN = ("destination", "RESOLVED DESTINATION", 62)
+BODY_COLUMN = Column("body", "BODY", "text", 3, 60, 12)
+RESOLVED_COLUMN = Column("destination", "RESOLVED DESTINATION", "text", 2, 64, 20)
+
+
+def table_columns(decoder: BodyDecoder, resolved: bool = False) -> list[Column]:
+    """The record table's columns for this ``--body`` and ``--resolve``."""
+    return TABLE_COLUMNS + ([BODY_COLUMN] if decoder.needs_body else []) + ([RESOLVED_COLUMN] if resolved else [])
 
 
 def describe_resolved(r: dict) -> str:
@@ -117,8 +136,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
                        *parse_window(since, until))
     max_record_size = record_size_limit(max_message_size)
     columns = list(FIELDS) + (["resolved"] if do_resolve else [])
-    table_columns = TABLE_COLUMNS + ([RESOLVED_COLUMN] if do_resolve else [])
-    writer = RecordWriter(fmt, columns, table_columns)
+    writer = RecordWriter(fmt, columns, table_columns(decoder, do_resolve))
 
     def emit(rec: Message) -> bool:
         """Print one record if it passes the filters; True when --limit is reached."""
@@ -131,7 +149,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
         if do_resolve:
             row["resolved"] = r
         if fmt == "table":
-            row["store_time"] = iso_ms(rec.store_timestamp)
+            row["store_time"] = utc_ms(rec.store_timestamp)
             if do_resolve:
                 row["destination"] = describe_resolved(r)
         writer.write(row)

@@ -4,29 +4,31 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from rmqdump.analysis.stats import ROW_FIELDS, compute_stats, has_errors, stats_rows
 from rmqdump.cli.options import access_options, crc_option, report_output_options, store_argument
-from rmqdump.cli.output import RecordWriter, default_format, diag, emit_document, escape_control, iso_ms, progress_bar
+from rmqdump.cli.output import (
+    Column,
+    RecordWriter,
+    default_format,
+    diag,
+    emit_document,
+    escape_control,
+    iso_ms,
+    print_table,
+    progress_bar,
+)
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.store.root import Store
 
 
-def _t(v) -> Text:
-    return Text(escape_control("-" if v is None else str(v)))
-
-
 def _table(title: str, headers: list[str], rows: list[list], console: Console) -> None:
-    console.print(Text(title, style="bold"))
-    t = Table(box=None, pad_edge=False)
+    columns = []
     for i, h in enumerate(headers):
         numeric = bool(rows) and all(isinstance(r[i], (int, float)) or str(r[i]).endswith("%") for r in rows)
-        t.add_column(h, justify="right" if numeric else "left", no_wrap=True, overflow="ellipsis", max_width=48)
-    for r in rows:
-        t.add_row(*[_t(v) for v in r])
-    console.print(t)
+        columns.append(Column(h, h, "num", 1, justify="right") if numeric else Column(h, h, "text", 0, 48, 12))
+    print_table(console, columns, rows, title=Text(title, style="bold"))
 
 
 def _pct(part: int, whole: int) -> str:

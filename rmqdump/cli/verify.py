@@ -8,7 +8,7 @@ import click
 
 from rmqdump.analysis.verify import verify_store
 from rmqdump.cli.options import access_options, report_output_options, verify_options
-from rmqdump.cli.output import default_format, diag, emit_document, escape_control, progress_bar
+from rmqdump.cli.output import Column, default_format, diag, emit_document, escape_control, print_table, progress_bar
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.findings import ERROR, INFO, WARNING
 from rmqdump.store.root import Store
@@ -79,9 +79,18 @@ def _t(s) -> Text:
     return Text(_safe(s))
 
 
+class _Rows:
+    """Collects the two-column rows of the recovery prediction."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple] = []
+
+    def add_row(self, *cells) -> None:
+        self.rows.append(cells)
+
+
 def render_report(console: Console, doc: dict) -> None:
     """The human report: summary, recovery prediction, salvage, findings grouped by severity."""
-    from rich.table import Table
     from rich.text import Text
 
     s = doc["summary"]
@@ -98,9 +107,7 @@ def render_report(console: Console, doc: dict) -> None:
     if rec:
         console.print()
         console.print(Text(f"Recovery prediction (broker {rec['version']}.x)", style="bold"))
-        t = Table(show_header=False, box=None, pad_edge=False)
-        t.add_column(style="dim", no_wrap=True)
-        t.add_column()
+        t = _Rows()
         if s.get("broker_model_reason"):
             t.add_row("model", _t(s["broker_model_reason"]))
         t.add_row("mode", _t(f"{rec['mode']} — {rec['reason']}"))
@@ -150,7 +157,8 @@ def render_report(console: Console, doc: dict) -> None:
             t.add_row("note", _t(n))
         for n in rec["version_notes"]:
             t.add_row("other versions", _t(n))
-        console.print(t)
+        print_table(console, [Column("what", "", "fixed", 0, style="dim"), Column("value", "", "wrap", 0, None, 30)],
+                    t.rows, show_header=False)
     sal = doc.get("salvage")
     if sal is not None:
         console.print()
@@ -170,14 +178,12 @@ def render_report(console: Console, doc: dict) -> None:
         if not items:
             continue
         console.print()
-        table = Table(title=Text(f"{_TITLE[sev]} ({len(items)})", style=_STYLE[sev]), title_justify="left",
-                      box=None, pad_edge=False, show_header=True)
-        table.add_column("LOCATION", no_wrap=True)
-        table.add_column("KIND", no_wrap=True, style=_STYLE[sev])
-        table.add_column("DETAIL", overflow="fold")
+        rows = []
         for f in items:
             where = f["file"] or "-"
             if f["offset"] is not None:
                 where += f":{f['offset']}"
-            table.add_row(_t(where), _t(f["kind"]), _t(f["detail"]))
-        console.print(table)
+            rows.append((_t(where), _t(f["kind"]), _t(f["detail"])))
+        columns = [Column("location", "LOCATION", "fixed", 0), Column("kind", "KIND", "fixed", 0, style=_STYLE[sev]),
+                   Column("detail", "DETAIL", "wrap", 0, None, 36)]
+        print_table(console, columns, rows, title=Text(f"{_TITLE[sev]} ({len(items)})", style=_STYLE[sev]))
