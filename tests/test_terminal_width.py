@@ -295,3 +295,23 @@ def test_a_streamed_table_widens_for_longer_offsets(monkeypatch, capsys):
         assert "…" not in lines[n]
         shown = [h for h in headers if re.search(rf"(^|  ){re.escape(h)}(  |$)", lines[n])]
         assert set(shown) | set(hidden) == set(headers), (lines[n], hidden)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_info_tables_fit(width):
+    """info's consume-queue and index tables: within the width, headers whole on one line, every queue's
+    numbers in full; what the width leaves out is named."""
+    rc, lines, stderr = on_terminal(["info", STORE], width)
+    assert rc == 0 and "Traceback" not in stderr, stderr
+    check_fits(lines, width)
+    text = "\n".join(lines)
+    head = lines[header_line(lines, "topic")]
+    assert all(re.search(rf"(^| ){re.escape(h)}( |$)", head) for h in REPORT_HEADERS["cq"]), head
+    doc = json.loads(subprocess.run([*RMQDUMP, "info", STORE, "-f", "json"], cwd=REPO, capture_output=True,
+                                    text=True, timeout=60).stdout)
+    for q in doc["consume_queues"]["queues"]:
+        assert re.search(rf" {q['max_physic_offset']}(\s|$)", text), q
+    index_head = lines[header_line(lines, "file")]
+    shown = {"begin", "end"} - set(hidden_columns(lines, stderr, width))
+    assert all(h in index_head for h in ["file", "slots/entries", "phy offsets", "used slots", "entries", *shown])
+    assert not any("…" in line for line in (head, index_head))

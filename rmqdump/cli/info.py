@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import click
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from rmqdump.analysis.info import store_info
+from rmqdump.cli.cq import SUMMARY_COLUMNS
 from rmqdump.cli.options import access_options, report_output_options, store_argument
-from rmqdump.cli.output import default_format, emit_document, escape_control, iso_ms
+from rmqdump.cli.output import Column, default_format, emit_document, escape_control, print_table, utc_ms
 
-
-def _t(v) -> Text:
-    return Text(escape_control("-" if v is None else str(v)))
+INDEX_COLUMNS = [
+    Column("file", "file", "fixed", 0), Column("geometry", "slots/entries", "fixed", 3),
+    Column("begin", "begin", "fixed", 4), Column("end", "end", "fixed", 4),
+    Column("phy", "phy offsets", "num", 1), Column("used", "used slots", "num", 2, justify="right"),
+    Column("entries", "entries", "num", 0, justify="right"),
+    Column("error", "error", "wrap", 0, None, 30, style="red"),
+]
 
 
 def render(console: Console, doc: dict) -> None:
@@ -30,27 +34,20 @@ def render(console: Console, doc: dict) -> None:
                            style="red" if p["severity"] == "error" else "yellow"))
     if "consume_queues" in doc:
         cq = doc["consume_queues"]
-        t = Table(title=f"consume queues (file size {cq.get('file_size')})", box=None)
-        for c in ("topic", "queue", "files", "min offset", "max offset", "entries", "max physic offset"):
-            t.add_column(c, justify="left" if c == "topic" else "right")
-        for q in cq["queues"]:
-            t.add_row(_t(q["topic"]), _t(q["queue_id"]), _t(q["files"]), _t(q["min_offset"]), _t(q["max_offset"]),
-                      _t(q["max_offset"] - q["min_offset"]), _t(q["max_physic_offset"]))
-        console.print(t)
+        rows = [(q["topic"], q["queue_id"], q["files"], q["min_offset"], q["max_offset"],
+                 q["max_offset"] - q["min_offset"], q["max_physic_offset"]) for q in cq["queues"]]
+        print_table(console, SUMMARY_COLUMNS[:-1], rows,  # cq's table without its notes: info has none
+                    title=f"consume queues (file size {cq.get('file_size')})")
         for e in cq["errors"]:
             console.print(Text(escape_control(e), style="red"))
     if doc.get("index_files") is not None:
-        t = Table(title="index files", box=None)
-        for c in ("file", "slots/entries", "begin", "end", "phy offsets", "used slots", "entries"):
-            t.add_column(c)
-        for f in doc["index_files"]:
-            if "error" in f:
-                t.add_row(_t(f["file"]), Text(escape_control(f["error"]), style="red"), "", "", "", "", "")
-                continue
-            t.add_row(_t(f["file"]), f"{f['hash_slots']}/{f['max_entries']}", iso_ms(f["begin_timestamp"]),
-                      iso_ms(f["end_timestamp"]), f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
-                      str(f["hash_slot_count"]), str(f["entries"]))
-        console.print(t)
+        rows = [(f["file"], "", "", "", "", "", "", f["error"]) if "error" in f else
+                (f["file"], f"{f['hash_slots']}/{f['max_entries']}", utc_ms(f["begin_timestamp"]),
+                 utc_ms(f["end_timestamp"]), f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
+                 f["hash_slot_count"], f["entries"], "") for f in doc["index_files"]]
+        if not any(r[-1] for r in rows):
+            rows = [r[:-1] for r in rows]
+        print_table(console, INDEX_COLUMNS[:len(rows[0])] if rows else INDEX_COLUMNS, rows, title="index files")
     cp = doc.get("checkpoint")
     if cp and "error" not in cp:
         console.print(f"checkpoint: physic {cp['physic_msg_time'] or 'never'}, logics "
