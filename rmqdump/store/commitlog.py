@@ -26,7 +26,7 @@ from rmqdump.findings import ERROR, WARNING, Finding
 
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
 _RESYNC_CHUNK = 1 << 20
-_HOLE_PROBE_EVERY = 64 << 20  # bytes searched before asking the filesystem for the next data again
+_HOLE_PROBE_EVERY = _RESYNC_CHUNK  # bytes searched before asking the filesystem for the next data again
 _PAGE = 4096  # holes are found page by page (SEEK_DATA rounds to the filesystem's block/page)
 #: resync CRC budget: this many bytes, plus RESYNC_CRC_PER_BYTE per byte scanned (see Walk._resync)
 RESYNC_CRC_BASE = 64 << 20
