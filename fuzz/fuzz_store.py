@@ -14,7 +14,12 @@ The first input byte picks a target, the rest is its payload:
 * ``props``       - the properties parser and keys splitter;
 * ``ids``         - offsetMsgId / UNIQ_KEY / host decoders;
 * ``names``       - untrusted names -> directory names (invariants, not just exceptions);
-* ``checkpoint``  - checkpoint decoder.
+* ``checkpoint``  - checkpoint decoder;
+* ``walk_sparse`` - the payload inside a sparse segment of 64 MiB to 4 GiB apparent size, alone or after a
+  small segment (an oversized segment): work must follow the data, not the claimed size.
+
+Seeds include crafted resync traps (overlapping, structurally valid candidates with wrong BODYCRCs)
+and sparse segments, the shapes of issue 16's hostile corpus.
 
 Run: ``python fuzz/fuzz_store.py -max_total_time=60 fuzz/corpus`` (see fuzz/README.md);
 ``python fuzz/fuzz_store.py --make-seeds DIR`` writes the seed corpus, ``--replay FILE...``
@@ -54,6 +59,8 @@ if atheris is not None and __name__ == "__main__" and "--replay" not in sys.argv
         import rmqdump.store.consumequeue  # noqa: F401
         import rmqdump.store.indexfile  # noqa: F401
 
+from rmqdump.codec.encoder import encode_fields  # noqa: E402
+from rmqdump.codec.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, RECORD_FIXED_V4V4, TOTALSIZE_MAGIC  # noqa: E402
 from rmqdump.codec.msgid import decode_offset_msg_id, decode_uniq_key, parse_host  # noqa: E402
 from rmqdump.codec.properties import decode_properties_text, parse_properties, split_keys  # noqa: E402
 from rmqdump.codec.record import Blank, Invalid, Message, decode_record, record_extent  # noqa: E402
@@ -395,9 +402,50 @@ def t_checkpoint(data: bytes) -> None:
     cp.as_dict()
 
 
+SPARSE_SIZES = (64 << 20, 1 << 30, 4 << 30)
+SMALL_SEGMENT = 1 << 16
+
+
+def _write_sparse(path: Path, data: bytes, apparent: int, pos: int) -> None:
+    with open(path, "wb") as f:
+        f.truncate(apparent)
+        f.seek(pos)
+        f.write(data)
+
+
+def t_walk_sparse(data: bytes) -> None:
+    """byte 0: bits 0-1 the apparent size, bit 2 a small full segment first (then the sparse one is an
+    oversized segment), bit 3 the payload at the end of the file (after a hole), bits 4-7 its 4 KiB
+    page otherwise."""
+    if not data:
+        return
+    flags, payload = data[0], data[1:]
+    apparent = SPARSE_SIZES[(flags & 3) % len(SPARSE_SIZES)]
+    _clear(CL_DIR)
+    name = SEG0
+    if flags & 4:  # a 64 KiB segment: some payload, then the end-of-file blank that leads to the next one
+        head = payload[:SMALL_SEGMENT // 2]
+        blank = TOTALSIZE_MAGIC.pack(SMALL_SEGMENT - len(head), BLANK_MAGIC_CODE)
+        _write_sparse(CL_DIR / SEG0, head + blank, SMALL_SEGMENT, 0)
+        name = f"{SMALL_SEGMENT:020d}"
+    pos = apparent - len(payload) if flags & 8 else (flags >> 4) * 4096
+    _write_sparse(CL_DIR / name, payload, apparent, max(0, pos))
+    _walk_all()
+
+
 TARGETS = [t_decode, t_walk_raw, t_walk_patch, t_cq, t_index_raw, t_index_patch, t_config, t_props, t_ids, t_names,
            t_checkpoint]
 TARGET_IDS = {f.__name__[2:]: i for i, f in enumerate(TARGETS)}
+#: targets added later: picked by byte 0 >= 0xF0, so every recorded input keeps the target it had
+EXTRA_TARGETS = [t_walk_sparse]
+EXTRA_BASE = 0xF0
+TARGET_IDS.update({f.__name__[2:]: EXTRA_BASE + i for i, f in enumerate(EXTRA_TARGETS)})
+
+
+def target_of(byte0: int):
+    if byte0 >= EXTRA_BASE:
+        return EXTRA_TARGETS[(byte0 - EXTRA_BASE) % len(EXTRA_TARGETS)]
+    return TARGETS[byte0 % len(TARGETS)]
 
 
 #: Open bugs already reported, each with a fixture under fixtures/bugs/fuzz-open/ and a strict
@@ -424,7 +472,7 @@ def TestOneInput(data: bytes) -> None:  # noqa: N802 (libFuzzer's name)
     """One fuzz input: byte 0 selects the target; only RmqdumpError may escape a target."""
     if not data:
         return
-    target = TARGETS[data[0] % len(TARGETS)]
+    target = target_of(data[0])
     try:
         target(data[1:])
     except RmqdumpError:
@@ -435,6 +483,25 @@ def TestOneInput(data: bytes) -> None:  # noqa: N802 (libFuzzer's name)
 
 
 # --- seeds -----------------------------------------------------------------------------------
+
+
+def crafted_candidates(size: int = 6000, spacing: int = 128, claimed: int = 2048, first: int = 0) -> bytes:
+    """A resync trap: one good record, a damaged byte, then overlapping candidates every ``spacing`` bytes,
+    each structurally valid (V1 magic, PHYSICALOFFSET equal to its position + ``first``, TOTALSIZE
+    ``claimed`` with a consistent BODYLEN) but with a wrong BODYCRC (as tests/secutil.py builds them).
+    ``claimed`` a multiple of ``spacing`` >= 96 keeps each candidate consistent: its topic and properties
+    lengths fall in the zeros between two headers."""
+    buf = bytearray(size)
+    good = encode_fields(topic=b"T", body=b"ok", properties=b"", physical_offset=first,
+                         store_timestamp=1_700_000_000_000)
+    buf[:len(good)] = good
+    buf[len(good)] = 0x55
+    blen = claimed - RECORD_FIXED_V4V4.size - 1 - 2
+    for pos in range(len(good) + spacing, size - RECORD_FIXED_V4V4.size, spacing):
+        RECORD_FIXED_V4V4.pack_into(buf, pos, claimed, MESSAGE_MAGIC_CODE, 12345, 0, 0, 0, first + pos, 0, 0,
+                                    b"\x7f\0\0\1", 1, 0, b"\x7f\0\0\1", 2, 0, 0, blen)
+    return bytes(buf)
+
 
 
 def make_seeds(out: Path) -> int:
@@ -483,6 +550,16 @@ def make_seeds(out: Path) -> int:
         put("index_patch", bytes([i]) + b"\x00")
         put("index_patch", bytes([i]) + b"\x00" + (36).to_bytes(3, "big") + b"\x04" + struct.pack(">i", 2**31 - 1))
     put("index_raw", b"\x03" + bytes(40 + 4 * 4 + 16 * 20))
+    crafted = [crafted_candidates(), crafted_candidates(7000, 96, 4032), crafted_candidates(3000, 128, 640)]
+    for c in crafted:  # resync traps: in a segment of their own, after a hole in a sparse file, or oversized
+        put("walk_raw", b"\x00" + c)
+        put("walk_sparse", bytes([0]) + c)
+        put("walk_sparse", bytes([0x08 | 2]) + c)
+        put("walk_sparse", bytes([0x04 | 2]) + c)
+    for i, seg in enumerate(BASE_SEGMENTS[:3]):  # real records in sparse files of each apparent size
+        put("walk_sparse", bytes([i % 3]) + seg[:4000])
+        put("walk_sparse", bytes([0x04 | 0x08 | i % 3]) + seg[:4000])
+        put("walk_sparse", bytes([0x30 | 2]) + seg[:4000])
     for text in (b"KEYS\x01a b  c\x02TAGS\x01t\x02UNIQ_KEY\x01FD00", b"\x01\x02\x01", "用户\x01值 ✓".encode()):
         put("props", text)
     for text in (b"7F00000100002A9F0000000000000000", b"FD0000000000000000000000000000020001B3B5D9C1FE4F2A0000",
