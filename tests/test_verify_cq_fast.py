@@ -191,3 +191,89 @@ def test_join_matches_pure_on_damaged_batchcq(tmp_path, monkeypatch):
         f.write((size + 1).to_bytes(4, "big"))
     doc = assert_same(store, monkeypatch, cleared=False)
     assert "cq_size_mismatch" in {f["kind"] for f in doc["findings"]}
+
+
+def test_cq_truncation_reads_whole_files_like_unit_by_unit(monkeypatch):
+    """The recovery prediction's truncateDirtyLogicFiles over raw file bytes (``_file_keep``) gives the
+    unit-by-unit verdict, at every process offset around every entry of every bundled queue."""
+    from rmqdump.broker.recovery import queues as Q
+    from rmqdump.store.root import Store
+
+    compared = 0
+    for path in CQ_STORES:
+        states, _ = Q.consume_queue_states(Store.open(path))
+        for st in states:
+            offsets = {0, 1 << 62}
+            for f in st.files:
+                for off, size, _ in _entries(f.path)[: st.file_size // CQ_STORE_UNIT_SIZE]:
+                    offsets |= {off - 1, off, off + 1, off + size}
+            for p in sorted(offsets):
+                fast = Q.cq_truncation(st, p, True)
+                with monkeypatch.context() as m:
+                    m.setattr(Q, "_file_keep", lambda *a: None)
+                    slow = Q.cq_truncation(st, p, True)
+                assert (fast.new_end, fast.dropped) == (slow.new_end, slow.dropped), (path, st.name, p)
+                compared += 1
+    assert compared > 1000
+
+
+def _leading_reference(raw: bytes, below: int | None) -> int:
+    n = 0
+    for off, size, _ in CQ_UNIT.iter_unpack(raw[:len(raw) - len(raw) % CQ_STORE_UNIT_SIZE]):
+        if not (off >= 0 and size > 0 and (below is None or off < below)):
+            break
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("with_numpy", [True, False])
+def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
+    """The column test behind the CQ recovery scans: a decided answer is the unit-by-unit one, and the
+    broker's own layout (valid units, then zero fill) is always decided (with numpy: everything is)."""
+    import random
+    import sys
+
+    from rmqdump.store.consumequeue.entries import leading_valid_units
+
+    if not with_numpy:
+        monkeypatch.setitem(sys.modules, "numpy", None)
+
+    rnd = random.Random(5)
+    decided = 0
+    for _ in range(3000):
+        n = rnd.randrange(0, 40)
+        units = [(rnd.randrange(0, 1 << 40), rnd.randrange(1, 1 << 20), rnd.randrange(-(1 << 40), 1 << 40))
+                 for _ in range(n)]
+        r = rnd.random()
+        if r < 0.3 and units:  # an invalid unit somewhere
+            k = rnd.randrange(len(units))
+            units[k] = rnd.choice([(-1, 5, 0), (7, 0, 0), (7, -3, 1), (0, 0, 0), (0, 0, 9)])
+        raw = b"".join(CQ_UNIT.pack(*u) for u in units) + bytes(CQ_STORE_UNIT_SIZE * rnd.randrange(0, 5))
+        raw += bytes(rnd.randrange(0, CQ_STORE_UNIT_SIZE))  # a partial unit is ignored
+        below = rnd.choice([None, 1 << 62, 1 << 64, rnd.randrange(0, 1 << 40)])
+        got = leading_valid_units(raw, below)
+        if got is not None:
+            decided += 1
+            assert got == _leading_reference(raw, below), (units, below)
+        elif r >= 0.3 and below is None or with_numpy:
+            raise AssertionError(f"undecided on the broker's layout: {units}")
+    assert decided > 1000
+
+
+def test_cq_recovery_scan_matches_unit_by_unit(monkeypatch):
+    """``ConsumeQueue`` recovery (max offset, max physic offset) with and without the column test."""
+    from rmqdump.broker.recovery import queues as Q
+    from rmqdump.store.consumequeue import reader
+    from rmqdump.store.root import Store
+
+    def view():
+        out = []
+        for path in CQ_STORES:
+            states, problems = Q.consume_queue_states(Store.open(path))
+            out.append(([(s.name, s.max_offset, s.max_physic_offset, s.first_offset, s.beyond) for s in states],
+                        list(problems)))
+        return out
+
+    fast = view()
+    monkeypatch.setattr(reader, "leading_valid_units", lambda *a: None)
+    assert view() == fast

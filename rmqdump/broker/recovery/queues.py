@@ -8,8 +8,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
+from rmqdump.store.consumequeue.entries import leading_valid_units
 from rmqdump.store.root import Store
 
 
@@ -158,20 +160,64 @@ def cq_truncation(state: QueueState, process_offset: int, truncate: bool) -> Que
         new_end = state.first_offset
         for f in reversed(state.files):
             base = f.start // unit
-            units = list(_first_units(state.cq, base, state.file_size // unit)) if base < end else []
-            if not units or units[0].commit_log_offset >= process_offset:
+            if base >= end:
+                continue
+            keep = _file_keep(state, f, process_offset)
+            if keep is None:  # not one whole file alone at its place: unit by unit
+                units = list(_first_units(state.cq, base, state.file_size // unit))
+                if not units or units[0].commit_log_offset >= process_offset:
+                    continue  # deleteLastMappedFile
+                keep = base + 1
+                for u in units[1:]:
+                    if u.is_valid and u.commit_log_offset < process_offset:
+                        keep = u.queue_offset + 1
+                    else:
+                        break
+            elif keep < 0:
                 continue  # deleteLastMappedFile
-            keep = base + 1
-            for u in units[1:]:
-                if u.is_valid and u.commit_log_offset < process_offset:
-                    keep = u.queue_offset + 1
-                else:
-                    break
             new_end = min(keep, end)
             break
         dropped += [(u.queue_offset, u.commit_log_offset) for u in _units(state.cq, new_end, end) if u.is_valid]
     dropped.sort()
     return QueueTruncation(state.name, end, new_end, dropped)
+
+
+def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
+    """The truncation loop's verdict on file ``f`` read as raw units (no object per unit): the queue offset
+    after its leading units below ``process_offset``, -1 when its first unit is not below it, None when
+    ``f`` is not a whole, aligned file that no other file overlaps (then :func:`_first_units` decides)."""
+    cq, fs = state.cq, state.file_size
+    files = cq.files
+    if (cq.file_size != fs or fs % CQ_STORE_UNIT_SIZE or f.start % CQ_STORE_UNIT_SIZE or f.size < fs
+            or any(b.start <= a.start for a, b in zip(files, files[1:], strict=False))
+            or any(g is not f and g.start < f.start + fs and g.start + min(g.size, fs) > f.start for g in files)):
+        return None
+    try:
+        fd = open_regular(f.path)
+        try:
+            raw = os.pread(fd, fs, 0)
+        finally:
+            os.close(fd)
+    except (OSError, StoreError):
+        return None
+    if len(raw) < fs:
+        return None
+    base = f.start // CQ_STORE_UNIT_SIZE
+    units = CQ_UNIT.iter_unpack(raw)
+    off, size, _ = next(units)
+    if off >= process_offset:
+        return -1
+    run = leading_valid_units(raw, process_offset)
+    if run is not None:
+        return base + max(run, 1)
+    keep = base + 1
+    if off >= 0 and size > 0:
+        for off, size, _ in units:
+            if off >= 0 and size > 0 and off < process_offset:
+                keep += 1
+            else:
+                break
+    return keep
 
 
 def _first_units(cq, base: int, per_file: int):

@@ -3,6 +3,8 @@ unit, their encoders, ConsumeQueueExt addresses carried in tagsCode, and where a
 
 from __future__ import annotations
 
+import sys
+from array import array
 from typing import NamedTuple
 
 from rmqdump.codec.layout import (
@@ -40,6 +42,43 @@ def ext_address(real_offset: int) -> int:
 def is_valid_cq_unit(commit_log_offset: int, size: int) -> bool:
     """The broker's CQ validity test (``offset >= 0 && size > 0``)."""
     return commit_log_offset >= 0 and size > 0
+
+
+def leading_valid_units(raw: bytes, below: int | None = None) -> int | None:
+    """How many leading whole units of ``raw`` are valid (offset >= 0, size > 0) with offset < ``below``,
+    without one object per unit: exact with numpy; without it, decided for the broker's layout (such units,
+    then zero fill) and None when that test cannot decide (the caller then looks unit by unit)."""
+    n = len(raw) // CQ_STORE_UNIT_SIZE
+    try:
+        import numpy as np
+    except ImportError:
+        np = None
+    if np is not None:
+        fmt = CQ_UNIT.format.lstrip("<>!=@")
+        u = np.frombuffer(raw, np.dtype([(k, ">" + c) for k, c in zip("ost", fmt, strict=True)]), count=n)
+        bad = (u["o"] < 0) | (u["s"] <= 0)
+        if below is not None and below < 1 << 63:
+            bad |= u["o"] >= below
+        first = np.flatnonzero(bad)
+        return int(first[0]) if first.size else n
+    m = -(-len(raw[:n * CQ_STORE_UNIT_SIZE].rstrip(b"\0")) // CQ_STORE_UNIT_SIZE)  # units with non-zero bytes
+    if m == 0:
+        return 0  # an all-zero first unit is invalid
+    offs, sizes = array("q"), array("i")
+    if offs.itemsize != 8 or sizes.itemsize != 4:
+        return None
+    ob, sb = bytearray(8 * m), bytearray(4 * m)
+    end = m * CQ_STORE_UNIT_SIZE
+    little = sys.byteorder == "little"
+    for j in range(8):  # big-endian fields -> native arrays, a byte column at a time
+        ob[(7 - j if little else j)::8] = raw[j:end:CQ_STORE_UNIT_SIZE]
+    for j in range(4):
+        sb[(3 - j if little else j)::4] = raw[8 + j:end:CQ_STORE_UNIT_SIZE]
+    offs.frombytes(ob)
+    sizes.frombytes(sb)
+    if min(offs) >= 0 and min(sizes) > 0 and (below is None or max(offs) < below):
+        return m  # unit m, if any, is all zero: invalid
+    return None
 
 
 class CqEntry(NamedTuple):

@@ -19,7 +19,14 @@ from rmqdump.disk.evidence import record_read
 from rmqdump.disk.fileio import open_read
 from rmqdump.errors import FormatError, NotFoundError, StoreError
 from rmqdump.store.consumequeue.discovery import MappedFileInfo, check_not_rocksdb, infer_file_size, list_mapped_files
-from rmqdump.store.consumequeue.entries import CqEntry, ext_real_offset, file_name, is_ext_addr, queue_offset_location
+from rmqdump.store.consumequeue.entries import (
+    CqEntry,
+    ext_real_offset,
+    file_name,
+    is_ext_addr,
+    leading_valid_units,
+    queue_offset_location,
+)
 
 #: ConsumeQueue recovery starts at the third-from-last file (``ConsumeQueue.recover``).
 RECOVER_FILES_BACK = 3
@@ -180,6 +187,14 @@ class ConsumeQueue(_QueueBase):
         last = None
         valid_end = 0
         for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, 0, self.file_size):
+            m = leading_valid_units(chunk)
+            if m is not None:
+                if m:
+                    last = CQ_UNIT.unpack_from(chunk, (m - 1) * CQ_STORE_UNIT_SIZE)
+                if m * CQ_STORE_UNIT_SIZE < len(chunk):
+                    return pos + m * CQ_STORE_UNIT_SIZE, last
+                valid_end = pos + len(chunk)
+                continue
             for i, (off, size, tags) in enumerate(CQ_UNIT.iter_unpack(chunk)):
                 if not (off >= 0 and size > 0):
                     return pos + i * CQ_STORE_UNIT_SIZE, last
