@@ -5,15 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rmqdump.codec.record import END_OF_DATA, Invalid
-from rmqdump.errors import FormatError, RmqdumpError
+from rmqdump.codec.layout import PROPERTY_CRC32
+from rmqdump.codec.record import END_OF_DATA, Invalid, Message
+from rmqdump.errors import FormatError, RmqdumpError, StoreError
 from rmqdump.store.checkpoint import ms_to_iso, read_checkpoint
 from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.inventory import detect_features, take_inventory
 from rmqdump.store.root import Store
 
+_CRC32_BYTES = PROPERTY_CRC32.encode()
 
-def data_end(cl: CommitLog, use_mmap: bool = True) -> tuple[int, str]:
-    """End of valid data: walk (without CRC) from the start of the last segment holding data."""
+
+def data_end(cl: CommitLog, use_mmap: bool = True, seen: dict | None = None) -> tuple[int, str]:
+    """End of valid data: walk (without CRC) from the start of the last segment holding data. ``seen``
+    collects the first V2-magic record and the first ``__CRC32#`` record met (their offsets)."""
     start = cl.min_offset
     for seg in reversed(cl.segments):
         if seg.size == 0:
@@ -24,8 +29,12 @@ def data_end(cl: CommitLog, use_mmap: bool = True) -> tuple[int, str]:
             start = seg.start
             break
     walk = cl.walk(start=start, check_crc=False, read_body=False, use_mmap=use_mmap)
-    for _ in walk:
-        pass
+    for rec in walk:
+        if seen is not None and isinstance(rec, Message):
+            if rec.magic_name == "v2":
+                seen.setdefault("v2", rec.offset)
+            if _CRC32_BYTES in rec.properties_raw:
+                seen.setdefault("crc32", rec.offset)
     return walk.end_offset, f"{walk.stop.kind}: {walk.stop.detail}" if walk.stop else ""
 
 
@@ -44,11 +53,17 @@ def refuse_non_segment(cl: CommitLog, use_mmap: bool = True) -> None:
 
 def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
     """A JSON-ready summary of a store; problems reading a part are reported, not raised (but a path that
-    holds no commitlog at all is a :class:`FormatError`)."""
-    store = Store.open(path)
+    holds no commitlog at all is a :class:`FormatError`, unless it is a DLedger store root)."""
+    try:
+        store = Store.open(path)
+    except StoreError:
+        if not _dledger_root(path):
+            raise
+        return _root_parts({"store": str(path), "missing": ["commitlog"], "commitlog": None}, Path(path), {})
     cl = store.commitlog
     refuse_non_segment(cl, use_mmap)
-    end, why = data_end(cl, use_mmap)
+    seen: dict = {}
+    end, why = data_end(cl, use_mmap, seen)
     doc: dict = {
         "store": str(store.root or cl.location),
         "missing": store.missing,
@@ -66,14 +81,42 @@ def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
     }
     if store.root is None:
         return doc
-    root = store.root
+    return _root_parts(doc, store.root, seen)
+
+
+def _dledger_root(path: str | os.PathLike) -> bool:
+    """A directory with a ``dledger-<id>/`` folder (DLedger mode keeps no ``commitlog/``)."""
+    try:
+        with os.scandir(path) as it:
+            return any(e.name.startswith("dledger-") and e.is_dir(follow_symlinks=False) for e in it)
+    except OSError:
+        return False
+
+
+def _root_parts(doc: dict, root: Path, seen: dict) -> dict:
     doc["consume_queues"] = _queues(root)
     doc["index_files"] = _index_files(root)
     doc["checkpoint"] = _checkpoint(root)
-    doc["abort"] = store.abort_present
+    doc["abort"] = (root / "abort").exists()
     doc["lock"] = _lock(root)
     doc["config"] = _config(root)
+    doc["inventory"], doc["features"] = _inventory(root, doc, seen)
     return doc
+
+
+def _inventory(root: Path, doc: dict, seen: dict) -> tuple[dict, list[dict]]:
+    """Every entry under the root named (read / present, not read / unknown) and the broker features shown."""
+    from rmqdump.store.consumequeue import batch_cq_topics
+
+    inv = take_inventory(root)
+    v2 = f"V2 record at commitlog offset {seen['v2']}" if "v2" in seen else None
+    if v2 is None:
+        long_topics = [q["topic"] for q in doc["consume_queues"]["queues"]
+                       if len(q["topic"].encode("utf-16-le", "surrogatepass")) // 2 > 127]
+        if long_topics:
+            v2 = f"consume queue of a topic over 127 UTF-16 units ({len(long_topics[0])} chars)"
+    crc = f"__CRC32# in the record at commitlog offset {seen['crc32']}" if "crc32" in seen else None
+    return inv.to_dict(), detect_features(inv, batch_topics=batch_cq_topics(root), v2=v2, crc32=crc)
 
 
 def _queues(root: Path) -> dict:

@@ -18,6 +18,16 @@ INDEX_COLUMNS = [
     Column("entries", "entries", "num", 0, justify="right"),
     Column("error", "error", "wrap", 0, None, 30, style="red"),
 ]
+INVENTORY_COLUMNS = [
+    Column("path", "path", "fixed", 0), Column("status", "status", "fixed", 0),
+    Column("entries", "entries", "num", 0, justify="right"), Column("what", "what", "wrap", 0, None, 18),
+]
+UNKNOWN_COLUMNS = [Column("path", "path", "wrap", 0, None, 30), Column("type", "type", "fixed", 0)]
+FEATURE_COLUMNS = [
+    Column("feature", "feature", "fixed", 0), Column("rmqdump", "rmqdump", "fixed", 0),
+    Column("evidence", "evidence", "wrap", 0, None, 24),
+]
+_STATUS = {"read": "read", "named": "not read", "unknown": "unknown"}
 
 
 def render(console: Console, doc: dict) -> None:
@@ -25,6 +35,17 @@ def render(console: Console, doc: dict) -> None:
     console.print(Text(f"store: {escape_control(doc['store'])}", style="bold"))
     if doc.get("missing"):
         console.print(Text(escape_control(f"missing: {', '.join(doc['missing'])}"), style="yellow"))
+    if cl is None:
+        console.print(Text("commitlog: none here (a DLedger store keeps its records in dledger-<id>/data/, which "
+                           "rmqdump does not read)", style="yellow"))
+    else:
+        _render_commitlog(console, cl)
+    _render_parts(console, doc)
+    if "inventory" in doc:
+        _render_inventory(console, doc["inventory"], doc["features"])
+
+
+def _render_commitlog(console: Console, cl: dict) -> None:
     console.print(Text(escape_control(
         f"commitlog: {len(cl['segments'])} segments of {cl['file_size']} bytes; offsets "
         f"{cl['min_offset']}..{cl['max_offset']} ({cl['bytes_in_use']} bytes in use, "
@@ -32,6 +53,9 @@ def render(console: Console, doc: dict) -> None:
     for p in cl["problems"]:
         console.print(Text(escape_control(f"  {p['severity']}: {p['kind']}: {p['file']}: {p['detail']}"),
                            style="red" if p["severity"] == "error" else "yellow"))
+
+
+def _render_parts(console: Console, doc: dict) -> None:
     if "consume_queues" in doc:
         cq = doc["consume_queues"]
         rows = [(q["topic"], q["queue_id"], q["files"], q["min_offset"], q["max_offset"],
@@ -68,6 +92,31 @@ def render(console: Console, doc: dict) -> None:
                                                   + (" (backup)" if c["from_backup"] else ""))))
 
 
+def _render_inventory(console: Console, inv: dict, features: list[dict]) -> None:
+    c = inv["counts"]
+    print_table(console, INVENTORY_COLUMNS, [(g["path"], _STATUS[g["status"]], g["files"] + g["dirs"], g["what"])
+                                             for g in inv["groups"]],
+                title=f"store files: {c['read']} read, {c['named']} present but not read, {c['unknown']} unknown")
+    if inv["unknown"]:
+        print_table(console, UNKNOWN_COLUMNS, [(u["path"], u["type"]) for u in inv["unknown"]],
+                    title="unknown files (no RocketMQ 4.9/5.3 file has that name there; not read)")
+    for m in inv["unknown_unlisted"]:
+        console.print(Text(escape_control(f"  and {m['more']} more unknown in {m['directory']}"), style="yellow"))
+    for r in inv["irregular"]:
+        how = "symlink, not followed" if r["type"] == "symlink" else "special file (FIFO, socket, device), not opened"
+        console.print(Text(escape_control(f"{how}: {r['path']} ({r['what']})"), style="yellow"))
+    if inv["stopped"]:
+        console.print(Text(escape_control(f"inventory {inv['stopped']}: later entries not examined"), style="yellow"))
+    shown = [f for f in features if f["present"]]
+    if shown:
+        print_table(console, FEATURE_COLUMNS, [(f["feature"], f["rmqdump"], f["evidence"] or "") for f in shown],
+                    title="broker features (rmqdump: reads, or names only)")
+    absent = [f["feature"] for f in features if not f["present"]]
+    if absent:
+        console.print(Text(f"features not seen: {', '.join(absent)} (v2 and crc32 are looked for in the last "
+                           "segment's records only)", style="dim"))
+
+
 @click.command()
 @store_argument
 @report_output_options
@@ -75,7 +124,9 @@ def render(console: Console, doc: dict) -> None:
 def info(store, fmt, quiet, no_mmap, max_message_size):
     """Summarise STORE: commitlog segments and offset range, consume queues with entry counts,
     index files, checkpoint times (UTC), abort marker and whether the broker's lock is held
-    (and by which PID). Never takes the lock; reads only the last segment's records."""
+    (and by which PID); then every file and directory of the store, read by rmqdump, present but
+    not read, or unknown, and the broker features it shows (timer, RocksDB, BatchCQ, DLedger...).
+    Never takes the lock; reads only the last segment's records."""
     fmt = default_format(fmt, report=True)
     if fmt == "csv":
         raise click.BadParameter("info prints a document: use table, json or jsonl", param_hint="--format")
