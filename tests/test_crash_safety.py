@@ -5,8 +5,10 @@ returned (data, metadata and directories fsynced). After SIGKILL at a random mom
 ``repair --apply`` must leave a store whose every acknowledged record is present and
 intact (commitlog, ConsumeQueue and index), which ``verify`` finds clean and the appender
 accepts again. The store lives on tmpfs (/dev/shm) when available: SIGKILL leaves the page
-cache intact either way, and tmpfs keeps 50+ runs fast on 2 cores. A few runs use the
-real CLI (``python -m rmqdump.cli append --jsonl``) as a subprocess on the test's disk.
+cache intact either way, and tmpfs keeps 50+ runs fast on 2 cores. The real CLI
+(``python -m rmqdump.cli append --jsonl``) is killed >= 50 times too, as a subprocess, once it
+has printed a random number of acknowledgements; RocketMQ judges a sample (``-m oracle``).
+``tests/test_crash_repair.py`` does the same to ``repair --apply``.
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ def test_kill9_at_random_points_then_repair(workdir):
     elapsed = time.monotonic() - started
     print(f"\ncrash safety: {killed} kill -9 points ({mid_write} with the abort marker present, i.e. inside the "
           f"write phase), uninterrupted run {duration:.2f} s, total {elapsed:.1f} s")
-    assert mid_write >= KILL_POINTS and killed > mid_write
+    assert mid_write >= KILL_POINTS and killed >= mid_write
 
 
 def _parse(line: str) -> tuple[int, int, int, str]:
@@ -212,37 +214,126 @@ def _parse(line: str) -> tuple[int, int, int, str]:
     return int(off), int(size), int(qoff), uniq
 
 
-def test_kill9_the_cli_appender(tmp_path):
-    """The real command line, killed while it streams JSONL in: acknowledged lines survive repair."""
-    base = tmp_path / "seed"
-    seed(base)
-    jl = tmp_path / "in.jsonl"
-    with jl.open("w") as f:
-        for i in range(3000):
+CLI_KILLS = 50
+
+
+def _jsonl(path: Path, n: int = 3000) -> None:
+    with path.open("w") as f:
+        for i in range(n):
             s = spec(i)
             f.write(json.dumps({"topic": s.topic, "queue_id": s.queue_id, "tags": s.tags, "keys": s.keys.split(),
-                                "body": base64.b64encode(s.body).decode()}) + "\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    rng = random.Random(11)
-    for n in range(3):
-        store = tmp_path / f"c{n}"
-        shutil.copytree(base, store)
-        proc = subprocess.Popen([sys.executable, "-m", "rmqdump.cli", "append", str(store), "--jsonl", str(jl),
-                                 "--batch-bytes", "4096", "-f", "jsonl", "-q"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env)
-        first = proc.stdout.readline()  # the appender is running and has acknowledged a batch
-        time.sleep(rng.uniform(0, 0.5))
-        proc.kill()
-        rest = proc.stdout.read()  # the same buffered reader as the first line
-        proc.wait(timeout=60)
-        proc.stderr.close()
-        lines = (first + rest).decode().split("\n")[:-1]
-        acks = [json.loads(x) for x in lines]
-        assert acks, "nothing was acknowledged before the kill"
-        apply_plan(store, backup_dir=tmp_path / f"bk{n}")
-        msgs = {m.offset: m for m in CommitLog.open(store).walk() if isinstance(m, Message)}
+                                "properties": s.properties, "body": base64.b64encode(s.body).decode()}) + "\n")
+
+
+def kill_cli_appender(store: Path, jl: Path, acks: int, delay: float, batch: int) -> tuple[list[dict], bool, bool]:
+    """Run ``rmqdump append STORE --jsonl`` (the real CLI) and SIGKILL it once it has printed ``acks``
+    acknowledgements (0: ``delay`` seconds after its start). Returns (acknowledgements, killed, whether
+    the kill landed inside the write phase: the appender's ``abort`` marker is there)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rmqdump.cli", "append", str(store), "--jsonl", str(jl),
+                             "--batch-bytes", str(batch), "-f", "jsonl", "-q"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    lines: list[bytes] = []
+    if acks == 0:
+        time.sleep(delay)
+    else:
+        while len(lines) < acks:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+    proc.kill()
+    rest = proc.stdout.read()  # the same buffered reader as the lines before
+    proc.wait(timeout=60)
+    err = proc.stderr.read().decode("utf-8", "replace")
+    proc.stderr.close()
+    proc.stdout.close()
+    assert proc.returncode in (0, -signal.SIGKILL), err
+    text = (b"".join(lines) + rest).decode()
+    done = text.split("\n")[:-1]  # a line cut by the kill has no newline: not an acknowledgement
+    return [json.loads(x) for x in done], proc.returncode == -signal.SIGKILL, (store / "abort").exists()
+
+
+def check_cli_acks(store: Path, acks: list[dict], full: bool) -> None:
+    """Every acknowledged line's record is there, intact (body, ids, queue position, ConsumeQueue and index
+    entries); nothing torn is accepted; the store is clean for the appender; ``verify`` clean (``full``)."""
+    walk = CommitLog.open(store).walk()
+    msgs = {m.offset: m for m in walk if isinstance(m, Message)}
+    assert walk.stop.kind == END_OF_DATA, walk.stop
+    assert len([m for m in msgs.values() if m.topic.startswith("Crash")]) >= len(acks)
+    with IndexStore(store) as idx:
         for i, a in enumerate(acks):
-            m = msgs[a["offset"]]
-            assert (m.msg_id, m.uniq_key, m.queue_offset) == (a["msg_id"], a["uniq_key"], a["queue_offset"])
-            assert m.body == spec(i).body
+            m = msgs.get(a["offset"])
+            assert m is not None, f"acknowledged record {i} at {a['offset']} is gone"
+            assert (m.msg_id, m.uniq_key, m.queue_offset, m.size) == (a["msg_id"], a["uniq_key"], a["queue_offset"],
+                                                                      a["size"])
+            assert m.crc_ok and m.body == spec(i).body and m.properties["i"] == str(i)
+            if full or i % 20 == 0 or i == len(acks) - 1:
+                e = ConsumeQueue.open(store, m.topic, m.queue_id).entry_at(m.queue_offset)
+                assert (e.commit_log_offset, e.size) == (m.offset, m.size)
+                assert m.offset in idx.query(m.topic, f"ck-{i}").phy_offsets
+    if full:
         assert [f for f in verify_store(store).findings if f.severity == "error"] == []
+    st = inspect_store(store)
+    assert st.dirty == [] and st.overwrite == [] and st.abort is None
+
+
+def test_kill9_the_cli_appender(workdir):
+    """The real command line, killed >= 50 times while it streams JSONL in, at a random number of
+    acknowledgements (a few at start-up): every acknowledged line survives repair."""
+    base = workdir / "seed"
+    seed(base)
+    jl = workdir / "in.jsonl"
+    _jsonl(jl)
+    rng = random.Random(int(os.environ.get("RMQDUMP_CRASH_SEED", "11")))
+    killed = mid_write = acked = 0
+    started = time.monotonic()
+    for n in range(3 * CLI_KILLS):
+        if mid_write >= CLI_KILLS:
+            break
+        store = workdir / f"c{n}"
+        shutil.copytree(base, store)
+        target = 0 if n % 10 == 9 else rng.randrange(1, 700)
+        acks, was_killed, inside = kill_cli_appender(store, jl, target, rng.uniform(0, 0.6),
+                                                     rng.choice((2048, 4096, 16384)))
+        killed += was_killed
+        mid_write += was_killed and inside
+        acked += len(acks)
+        apply_plan(store, backup_dir=workdir / f"cbk{n}")
+        check_cli_acks(store, acks, full=n % 5 == 0)
+        shutil.rmtree(store)
+        shutil.rmtree(workdir / f"cbk{n}", ignore_errors=True)
+    print(f"\nreal CLI appender: {killed} kill -9 of `rmqdump append --jsonl`, {mid_write} inside the write phase "
+          f"(abort marker present), {acked} acknowledged records, 0 lost; {time.monotonic() - started:.1f} s")
+    assert mid_write >= CLI_KILLS
+
+
+@pytest.mark.oracle
+def test_rocketmq_reads_every_acknowledged_record_after_a_cli_kill(workdir):
+    """RocketMQ 4.9.8 judges a sample: after kill -9 of the CLI appender and repair, it loads the store
+    and reads back every acknowledged record (offset, msgId, UNIQ_KEY, queue position, body)."""
+    from oracle.harness import cq_entries, load, unavailable_reason
+
+    reason = unavailable_reason("498")
+    if reason:
+        pytest.skip(reason)
+    base = workdir / "seed"
+    seed(base)
+    jl = workdir / "in.jsonl"
+    _jsonl(jl, 1500)
+    args = [str(GEO.commitlog_file_size), str(GEO.cq_file_size), str(GEO.index_slots), str(GEO.index_entries)]
+    for n, target in enumerate((37, 301, 888)):
+        store = workdir / f"o{n}"
+        shutil.copytree(base, store)
+        acks, _, _ = kill_cli_appender(store, jl, target, 0, 4096)
+        apply_plan(store, backup_dir=workdir / f"obk{n}")
+        manifest = load("498", store, args)
+        assert next(m for m in manifest if m["type"] == "store_info")["load_ok"]
+        read = {m["commitLogOffset"]: m for m in manifest if m["type"] == "message"}
+        entries = cq_entries(manifest)
+        for i, a in enumerate(acks):
+            m = read.get(a["offset"])
+            assert m is not None, f"RocketMQ does not read acknowledged record {i} at {a['offset']}"
+            assert (m["msgId_offset"], m["uniqKey"], m["queueOffset"]) == (a["msg_id"], a["uniq_key"],
+                                                                           a["queue_offset"])
+            assert base64.b64decode(m["body_b64"]) == spec(i).body
+            assert entries[(a["topic"], a["queue_id"], a["queue_offset"])][:2] == (a["offset"], a["size"])
