@@ -211,7 +211,8 @@ class CqJoin:
         else:
             self._ht_insert(h, t)
         for qid, k in self.by_topic.get(raw, ()):
-            self._qinsert((t << 32) | (qid & 0xFFFFFFFF), k)
+            if -(1 << 31) <= qid < 1 << 31:  # a record's QUEUEID is an int32: no other queue can match
+                self._qinsert((t << 32) | (qid & 0xFFFFFFFF), k)
         return t
 
     # -- one batch
