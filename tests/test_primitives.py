@@ -91,6 +91,26 @@ def test_uniq_key_vector():
         decode_uniq_key("0A000005")
 
 
+def test_uniq_key_late_in_the_month():
+    """After 24.8 days of a month the client's ``(int) (now - monthStart)`` passes 2^31: RocketMQ reads that
+    time back unsigned (getNearlyTimeFromID), so a key made on the 26th decodes to the 26th, and rmqdump
+    writes the bits the Java client writes (the low 32 bits of the difference, not 31 of them)."""
+    from rmqdump.write.message import make_uniq_key
+
+    born = 1795696496123  # 2026-11-26T12:34:56.123Z: 25.5 days after the UTC month start
+    start = 1793491200000  # 2026-11-01T00:00Z
+    java_int = born - start - (1 << 32)  # what (int) (now - startTime) is in Java: negative
+    assert java_int < 0
+    key = make_uniq_key(bytes([10, 0, 0, 5]), 12345, 0x1B6D3586, born, 7)
+    assert key[20:28] == (java_int & 0xFFFFFFFF).to_bytes(4, "big").hex().upper()
+    u = decode_uniq_key(key, reference_ms=born + 1500)
+    assert (u.time_in_month_ms, u.timestamp, u.utc_offset_minutes) == (born - start, born, 0)
+    # a UTC+8 producer (month start 2026-10-31T16:00Z), 30 days into its month
+    key8 = "0A00000530391B6D3586" + f"{(30 * 86_400_000 + 5) & 0xFFFFFFFF:08X}" + "0001"
+    u8 = decode_uniq_key(key8, reference_ms=1793462400000 + 30 * 86_400_000 + 900)
+    assert (u8.timestamp, u8.utc_offset_minutes) == (1793462400000 + 30 * 86_400_000 + 5, 480)
+
+
 def test_hosts_round_trip():
     for text in ("127.0.0.1:10911", "[fd00::2]:40001", "[2001:db8::1:2]:1"):
         assert format_host(*parse_host(text)) == text

@@ -212,4 +212,7 @@ STORE_CONFIG_DIR = "config"
 OFFSET_MSG_ID_V4_HEX_LENGTH = 32
 OFFSET_MSG_ID_V6_HEX_LENGTH = 56
 MSG_ID_STORE_TAIL = struct.Struct(">iq")  # store port, physical offset (after the store address)
-UNIQ_ID_TAIL = struct.Struct(">HiiH")  # pid, classloader hash, seconds since month start, counter
+#: pid, classloader hash, ms since the producer's month start, counter. The client writes that time as
+#: ``(int) (now - monthStart)``, which passes 2^31 after 24.8 days; RocketMQ reads it back unsigned
+#: (``MessageClientIDSetter.getNearlyTimeFromID``), so it is an unsigned 32-bit field here.
+UNIQ_ID_TAIL = struct.Struct(">HiIH")

@@ -139,6 +139,6 @@ def decode_uniq_key(uniq_key: str, reference_ms: int | None = None) -> UniqKey:
     n = 4 if len(raw) == 16 else 16
     ip = str(ipaddress.ip_address(raw[:n]))
     pid, classloader, t, counter = UNIQ_ID_TAIL.unpack(raw[n:])
-    inferred = _infer_creation(t, reference_ms) if reference_ms is not None and t >= 0 else None
+    inferred = _infer_creation(t, reference_ms) if reference_ms is not None else None
     ts, zone = inferred if inferred else (None, None)
     return UniqKey(ip, pid, classloader, t, counter, ts, zone)

@@ -32,7 +32,7 @@ def _month_start_ms(day: int) -> int:
 def make_uniq_key(ip: bytes, pid: int, classloader: int, epoch_ms: int, counter: int) -> str:
     """A client msgId in ``MessageClientIDSetter``'s layout (time since the UTC month start)."""
     month_start = _month_start_ms(epoch_ms // 86_400_000)
-    return (ip + UNIQ_ID_TAIL.pack(pid & 0xFFFF, classloader, (epoch_ms - month_start) & 0x7FFFFFFF,
+    return (ip + UNIQ_ID_TAIL.pack(pid & 0xFFFF, classloader, (epoch_ms - month_start) & 0xFFFFFFFF,
                                  counter & 0xFFFF)).hex().upper()
 
 

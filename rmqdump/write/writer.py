@@ -237,7 +237,7 @@ class StoreWriter(StoreFiles):
         day = born_ts // 86_400_000
         if day != self._uniq_day:
             self._uniq_day, self._uniq_month_start = day, _month_start_ms(day)
-        return f"{prefix}{(born_ts - self._uniq_month_start) & 0x7FFFFFFF:08X}{next(self._uniq_counter) & 0xFFFF:04X}"
+        return f"{prefix}{(born_ts - self._uniq_month_start) & 0xFFFFFFFF:08X}{next(self._uniq_counter) & 0xFFFF:04X}"
 
     def _host_entry(self, text: str) -> tuple[bytes, int, bool]:
         if len(self._hosts) > 4096:
