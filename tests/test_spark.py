@@ -85,7 +85,7 @@ def test_data_sources(spark):
 
     paths = [str(real_store(n)) for n in STORES]
     df = spark.read.format("rocketmq").load(paths)
-    assert df.schema == from_arrow_schema(RECORD_SCHEMA)
+    assert df.schema == from_arrow_schema(RECORD_SCHEMA.append(pa.field("_corrupt_record", pa.string())))
     per_broker = df.withColumn("task", F.spark_partition_id()).groupBy("broker").agg(
         F.count(F.lit(1)).alias("n"), F.countDistinct("task").alias("tasks")).collect()
     # one partition (task) per commitlog segment: rows of each store come from its 2 segments holding data
@@ -160,7 +160,7 @@ def test_stats_and_lookup(spark):
     assert {(s["broker"], s["topic"]): s["records"] for s in stats} == dict(expect)
     assert {(s["broker"], s["topic"]): s["bytes"] for s in stats} == dict(nbytes)
     hourly = jobs.stats(spark, paths[:1])
-    assert all(s["hour"].endswith(":00:00Z") for s in hourly)
+    assert all(s["hour"].endswith(":00Z") and len(s["hour"]) == 17 for s in hourly)  # as `rmqdump stats`
     assert sum(s["records"] for s in hourly) == expect_total(expect, "clean")
 
     rep = jobs.lookup(spark, paths, "key-5", topic="TopicTest", include_body=True)
@@ -336,3 +336,179 @@ def test_spark_runs_from_a_venv_used_by_path(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert sum(row["records"] for row in rows) > 0
+
+
+# --- issue 20: a data source as Spark users expect it -------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURE = REPO / "fixtures" / "store"
+FLIPPED = REPO / "fixtures" / "oracle" / "498-flip-body-mid" / "store"  # bad_magic at 1862, body_crc at 2298
+
+
+def _single_stats(path: Path) -> tuple[int, dict, int]:
+    """`rmqdump stats` of one store: total records, records per (topic, queue), exit code."""
+    res = CliRunner().invoke(cli, ["stats", str(path), "-f", "json", "-q"])
+    doc = json.loads(res.stdout)
+    return doc["totals"]["records"], {(q["topic"], q["queue_id"]): q["records"] for q in doc["queues"]}, res.exit_code
+
+
+def _damage_middle_segment(tmp_path: Path) -> Path:
+    """fixtures/store with the MAGICCODE of the 3rd record of its second segment zeroed."""
+    store = tmp_path / "damaged" / "store"
+    shutil.copytree(FIXTURE, store)
+    seg = store / "commitlog" / "00000000000000004096"
+    b = bytearray(seg.read_bytes())
+    pos = 0
+    for _ in range(2):
+        pos += struct.unpack_from(">i", b, pos)[0]
+    struct.pack_into(">i", b, pos + 4, 0x12345678)
+    seg.write_bytes(bytes(b))
+    return store
+
+
+def test_readme_example_in_a_plain_session(tmp_path):
+    """The README's PySpark example, as written, in a plain SparkSession (filter pushdown off, Spark's
+    default), started from a venv used by its path: `python3` on PATH cannot even run."""
+    pytest.importorskip("pyspark")
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no Java runtime for Spark")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("# README example: a plain SparkSession")
+    code = text[start:text.index("```", start)]
+    assert 'master("local[1]")' in code and "register_data_sources(spark)" in code
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python3", "python"):
+        (fake / name).write_text("#!/bin/sh\necho 'not the rmqdump interpreter' >&2\nexit 3\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join((str(fake), str(Path(java).resolve().parent), "/usr/bin", "/bin"))
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in r.stdout.splitlines() if line.startswith("|")]
+    counts = Counter(str(row["queue_id"]) for row in scan_rows(FIXTURE) if row["topic"] == "TopicTest")
+    assert [t for t in table if t[0] == "fixtures"] == [["fixtures", q, str(n)] for q, n in sorted(counts.items(), key=lambda kv: int(kv[0]))]
+    assert "bad_magic: damaged bytes [1862, 2080) skipped" in r.stdout
+    assert "body_crc: damaged bytes [2298, 2580) skipped" in r.stdout
+
+
+def test_options_validated_and_pushdown_optional(spark):
+    from pyspark.sql import functions as F
+
+    path = str(FIXTURE)
+    with pytest.raises(Exception, match=r"unknown option 'includebodies'; known options: includeBody, decompress"):
+        spark.read.format("rocketmq").option("includeBodies", "true").load(path).count()
+    with pytest.raises(Exception, match=r"unknown option 'topics'; known options: raw"):
+        spark.read.format("rocketmq_cq").option("topics", "x").load(path).count()
+    with pytest.raises(Exception, match=r"option mode: expected one of PERMISSIVE, DROPMALFORMED, FAILFAST"):
+        spark.read.format("rocketmq").option("mode", "lenient").load(path).count()
+    expected = sum(1 for r in scan_rows(FIXTURE) if r["topic"] == "TopicTest")
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
+    try:
+        for pushdown in ("true", "false"):
+            spark.conf.set("spark.sql.python.filterPushdown.enabled", pushdown)
+            df = spark.read.format("rocketmq").load(path)
+            assert df.where(F.col("topic") == "TopicTest").count() == expected, pushdown
+            assert df.where(F.col("topic").isin("TopicTest", "nope")).count() == expected, pushdown
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def test_pyspark_without_filter_classes(tmp_path):
+    """pyspark 4.0 has Python data sources but no EqualTo/In/Filter: the module imports, no pushdown."""
+    pytest.importorskip("pyspark")
+    code = ("import pyspark.sql.datasource as d\n"
+            "del d.EqualTo, d.In, d.Filter\n"
+            "import rmqdump.spark.datasource as m\n"
+            "assert not m.PUSHDOWN_API\n"
+            "r = m.RocketMQDataSource({'path': 'fixtures/store'}).reader(None)\n"
+            "assert type(r).pushFilters is d.DataSourceReader.pushFilters\n"
+            "print(len(r.partitions()))\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "4", r.stderr[-2000:]
+
+
+def test_damage_is_never_silent(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from rmqdump.spark import jobs
+
+    damaged = _damage_middle_segment(tmp_path)
+    total, per_queue, rc = _single_stats(damaged)
+    assert rc == 1
+    df = spark.read.format("rocketmq").load(str(damaged))
+    bad = df.where(F.col("_corrupt_record").isNotNull()).collect()
+    assert len(bad) == 1 and bad[0]["segment"].endswith("00000000000000004096")
+    assert bad[0]["_corrupt_record"].startswith("bad_magic:") and bad[0]["topic"] is None
+    assert "the rest of the segment is not read" in bad[0]["_corrupt_record"]
+    # DROPMALFORMED walks past the damage and drops it: the records `rmqdump stats` counts
+    drop = spark.read.format("rocketmq").option("mode", "DROPMALFORMED").load(str(damaged))
+    assert drop.count() == total and drop.where(F.col("_corrupt_record").isNotNull()).count() == 0
+    with pytest.raises(Exception, match=r"bad_magic.*mode FAILFAST"):
+        spark.read.format("rocketmq").option("mode", "FAILFAST").load(str(damaged)).count()
+    # spark stats: same counts as `rmqdump stats`, damage reported
+    found: list[dict] = []
+    rows = jobs.stats(spark, [damaged, FLIPPED], by=("broker", "topic", "queue_id"), damage=found)
+    assert {(r["topic"], r["queue_id"]): r["records"] for r in rows if r["broker"] == "damaged"} == per_queue
+    assert sum(r["records"] for r in rows if r["broker"] == "498-flip-body-mid") == _single_stats(FLIPPED)[0]
+    assert sorted((Path(d["store"]).parent.name, d["offset"], d["detail"].split(":")[0]) for d in found) == [
+        ("498-flip-body-mid", 1862, "bad_magic"), ("498-flip-body-mid", 2298, "body_crc"),
+        ("damaged", bad[0]["offset"], "bad_magic")]
+    res = CliRunner().invoke(cli, ["spark", "stats", str(damaged), "--by", "topic", "-f", "jsonl"])
+    assert res.exit_code == 1
+    assert sum(json.loads(line)["records"] for line in res.stdout.splitlines()) == total
+    assert f"at offset {bad[0]['offset']}: bad_magic" in res.stderr
+    # a file that is not a commitlog segment: an error, as `scan` gives, not 0 rows
+    res = CliRunner().invoke(cli, ["spark", "stats", str(REPO / "pyproject.toml"), "-q"])
+    assert res.exit_code == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "no valid record: bad_magic" in res.stderr
+    res = CliRunner().invoke(cli, ["spark", "export", str(REPO / "pyproject.toml"), "--out", str(tmp_path / "o"), "-q"])
+    assert res.exit_code == 2 and "no valid record: bad_magic" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_paths_uris_and_broker_names(spark, tmp_path, monkeypatch):
+    from rmqdump.rows.arrow import broker_names
+    from rmqdump.spark import jobs
+
+    monkeypatch.chdir(tmp_path)
+    for uri in ("s3a://bucket/x", "hdfs://nn:8020/x"):
+        res = CliRunner().invoke(cli, ["spark", "export", str(FIXTURE), "--out", uri, "-q"])
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.output
+        assert "is not supported for the export directory" in res.stderr
+        assert not os.path.exists(uri.split("/")[0])
+    with pytest.raises(Exception, match="is not supported for the export directory"):
+        jobs.export(spark, [FIXTURE], "s3a://bucket/x")
+    assert not os.path.exists("s3a:")
+    a, b = (Path(shutil.copytree(FIXTURE, tmp_path / "x" / h / "root" / "store")) for h in ("host1", "host2"))
+    assert broker_names([a, b]) == {str(a): "host1/root", str(b): "host2/root"}
+    assert broker_names([a]) == {str(a): "root"}
+    rel_a, rel_b = os.path.relpath(a), f"file://{b}"
+    rows = jobs.stats(spark, [rel_a, rel_b], by=("broker", "store"))
+    n = len(scan_rows(FIXTURE))
+    assert {(r["broker"], r["store"]): r["records"] for r in rows} == {("host1/root", str(a)): n,
+                                                                       ("host2/root", str(b)): n}
+    cq = spark.read.format("rocketmq_cq").load([str(a), str(b)]).select("broker").distinct().collect()
+    assert sorted(r["broker"] for r in cq) == ["host1/root", "host2/root"]
+    out = jobs.export(spark, [rel_a], "out")
+    assert {r["store"] for r in read_export(tmp_path / "out")} == {str(a)} and out.rows == n
+
+
+def test_pushdown_reader_only_for_the_pushdown_planner():
+    """Spark plans with pushdown in pyspark/sql/worker/data_source_pushdown_filters.py (it calls pushFilters)
+    and without in plan_data_source_read.py (it refuses a reader implementing pushFilters)."""
+    pyspark = pytest.importorskip("pyspark")
+    from pyspark.sql.datasource import DataSourceReader
+
+    from rmqdump.spark import datasource as ds
+
+    workers = Path(pyspark.__file__).parent / "sql" / "worker"
+    assert "reader.pushFilters(" in (workers / "data_source_pushdown_filters.py").read_text()
+    assert "DATA_SOURCE_PUSHDOWN_DISABLED" in (workers / "plan_data_source_read.py").read_text()
+    source = ds.RocketMQDataSource({"path": str(FIXTURE)})
+    kinds = {}
+    for planner in ("data_source_pushdown_filters.py", "plan_data_source_read.py", "elsewhere.py"):
+        ns = {"source": source}
+        exec(compile("reader = source.reader(None)", str(workers / planner), "exec"), ns)
+        kinds[planner] = type(ns["reader"]).pushFilters is not DataSourceReader.pushFilters
+    assert kinds == {"data_source_pushdown_filters.py": True, "plan_data_source_read.py": False, "elsewhere.py": False}

@@ -117,8 +117,10 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     """
     from rmqdump.cli.output import diag
     from rmqdump.rows.export import check_output, parse_partition_by
+    from rmqdump.spark.plumbing import local_path
 
     cols = parse_partition_by(partition_by)
+    out = local_path(out, "export directory")  # s3a://, hdfs://: refused (one line, exit 2)
     check_output(out, partitioned=True, stores=stores)  # before paying for a session
     opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
                         no_mmap, max_message_size)
@@ -158,8 +160,12 @@ STATS_COLUMNS = ("records", "bytes", "body_bytes", "first_offset", "end_offset",
 @spark_options
 @access_options
 def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_size):
-    """Record counts and bytes of every STORE per broker/topic/queue/hour (or --by)."""
-    from rmqdump.cli.output import RecordWriter, default_format
+    """Record counts and bytes of every STORE per broker/topic/queue/hour (or --by).
+
+    Each segment is walked past damage, as `rmqdump stats` does; damage is reported on
+    stderr and makes the exit status 1.
+    """
+    from rmqdump.cli.output import RecordWriter, default_format, diag
 
     keys = tuple(k.strip() for k in by.split(",") if k.strip())
     fmt = default_format(fmt)
@@ -168,14 +174,21 @@ def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_
 
     options = {"topic": ",".join(topic) if topic else None, "useMmap": not no_mmap,
                "maxRecordSize": record_size_limit(max_message_size)}
+    damage: list[dict] = []
     with _task_progress("counting", not quiet) as progress:
-        rows = jobs.stats(session, list(stores), by=keys, progress=progress, **options)
+        rows = jobs.stats(session, list(stores), by=keys, progress=progress, damage=damage, **options)
     writer = RecordWriter(fmt, (*keys, *STATS_COLUMNS))
     try:
         for r in rows:
             writer.write(r)
     finally:
         writer.close()
+    if damage:
+        if not quiet:
+            for d in damage:
+                diag(f"rmqdump: {d['broker']}: {d['segment']} at offset {d['offset']}: {d['detail']}", "red")
+            diag(f"rmqdump: {len(damage)} damaged range(s) while walking (damage skipped)", "red")
+        raise SystemExit(1)
     return 0
 
 

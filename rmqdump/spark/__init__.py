@@ -4,6 +4,8 @@ session builder and the export/verify/stats/lookup jobs. The only package that i
     from rmqdump.spark import build_session
     spark = build_session("local[*]")
     df = spark.read.format("rocketmq").option("includeBody", "true").load(["/data/a/store", "/data/b/store"])
+
+In a session of your own: ``from rmqdump.spark import register_data_sources; register_data_sources(spark)``.
 """
 
 from __future__ import annotations

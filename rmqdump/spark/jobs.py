@@ -12,6 +12,7 @@ as RmqdumpError on the driver, not as Java stack traces.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -28,16 +29,17 @@ from rmqdump.rows.export import (
     prepare_output,
     write_splits,
 )
-from rmqdump.spark.plumbing import Progress, _parallelize, spark_errors, track  # noqa: F401 - re-exported
+from rmqdump.spark.plumbing import Progress, _parallelize, local_path, spark_errors, track  # noqa: F401
 
 STATS_KEYS = ("broker", "topic", "queue_id", "hour")
 STATS_KEY_CHOICES = ("broker", "store", "topic", "queue_id", "date", "hour")
 
 
 def _as_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    """Store paths made absolute (executors may run elsewhere), ``file:`` URIs as paths, other URIs refused."""
     if isinstance(paths, (str, os.PathLike)):
-        return [os.fspath(paths)]
-    out = [os.fspath(p) for p in paths]
+        paths = [paths]
+    out = [local_path(p) for p in paths]
     if not out:
         raise RmqdumpError("no store given")
     return out
@@ -147,6 +149,11 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
     """
     cols = parse_partition_by(partition_by)
     stores = _as_list(paths)
+    out = local_path(out, "export directory")
+    from rmqdump.spark.datasource import check_segment_file
+
+    for s in stores:
+        check_segment_file(s)  # a file given as a store must be a segment: one-line error, as scan
     splits = rarrow.segment_splits(stores)
     target = prepare_output(out, partitioned=True, stores=stores)
     result = ExportResult()
@@ -285,21 +292,17 @@ def verify(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, kee
 # --- stats --------------------------------------------------------------------------------------
 
 
-def stats_frame(spark, paths: str | os.PathLike | Sequence[str | os.PathLike],
-                by: Sequence[str] = STATS_KEYS, **options):
-    """A DataFrame of record counts and bytes grouped by ``by`` (broker, store, topic, queue_id, date, hour)."""
+def _grouped(df, keys: tuple[str, ...], extra: tuple = ()):
     from pyspark.sql import functions as F
 
-    keys = tuple(by)
     for k in keys:
         if k not in STATS_KEY_CHOICES:
             raise RmqdumpError(f"cannot group stats by {k!r} (choose from {', '.join(STATS_KEY_CHOICES)})")
-    df = records(spark, paths, **options)
-    if "hour" in keys:
-        df = df.withColumn("hour", F.date_format(F.date_trunc("hour", "store_time"), "yyyy-MM-dd'T'HH:00:00'Z'"))
+    if "hour" in keys:  # as `rmqdump stats`: 2026-11-21T21:00Z
+        df = df.withColumn("hour", F.date_format(F.date_trunc("hour", "store_time"), "yyyy-MM-dd'T'HH:00'Z'"))
     if "date" in keys:
         df = df.withColumn("date", F.date_format("store_time", "yyyy-MM-dd"))
-    agg = df.groupBy(*keys).agg(
+    return df.groupBy(*keys, *extra).agg(
         F.count(F.lit(1)).alias("records"),
         F.sum("size").alias("bytes"),
         F.sum(F.greatest(F.col("body_length"), F.lit(0))).alias("body_bytes"),
@@ -308,15 +311,53 @@ def stats_frame(spark, paths: str | os.PathLike | Sequence[str | os.PathLike],
         F.min("store_timestamp").alias("first_store_timestamp"),
         F.max("store_timestamp").alias("last_store_timestamp"),
     )
+
+
+def stats_frame(spark, paths: str | os.PathLike | Sequence[str | os.PathLike],
+                by: Sequence[str] = STATS_KEYS, **options):
+    """A DataFrame of record counts and bytes grouped by ``by`` (broker, store, topic, queue_id, date, hour).
+
+    Damage rows (``_corrupt_record``) are not counted: :func:`stats` reports them.
+    """
+    from pyspark.sql import functions as F
+
+    from rmqdump.spark.datasource import CORRUPT_COLUMN
+
+    keys = tuple(by)
+    df = records(spark, paths, **options).where(F.col(CORRUPT_COLUMN).isNull())
+    agg = _grouped(df, keys)
     return agg.orderBy(*[F.col(k).asc_nulls_first() for k in keys]) if keys else agg
 
 
 def stats(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], by: Sequence[str] = STATS_KEYS,
-          progress: Progress | None = None, **options) -> list[dict]:
-    """Counts and bytes per ``by`` group (default broker/topic/queue/hour, hours in UTC) as dicts."""
+          progress: Progress | None = None, damage: list[dict] | None = None, **options) -> list[dict]:
+    """Counts and bytes per ``by`` group (default broker/topic/queue/hour, hours in UTC) as dicts, in one pass.
+
+    Like ``rmqdump stats``, each segment is walked past damage (``keepGoing``, unless given); ``damage``
+    (a list) receives one dict per damaged range or damaged end (broker, store, segment, offset, detail).
+    """
+    from pyspark.sql import functions as F
+
+    from rmqdump.spark.datasource import CORRUPT_COLUMN
+
+    keys = tuple(by)
+    options = {"keepGoing": True, **options, "mode": "PERMISSIVE"}
+    df = records(spark, paths, **options)
+    tag = F.when(F.col(CORRUPT_COLUMN).isNotNull(),
+                 F.to_json(F.struct("broker", "store", "segment", "offset", F.col(CORRUPT_COLUMN).alias("detail"))))
     with track(spark, "rmqdump stats", progress):
-        rows = stats_frame(spark, paths, by, **options).collect()
-    return [r.asDict() for r in rows]
+        rows = _grouped(df.withColumn("_damage", tag), keys, ("_damage",)).collect()
+    out, found = [], []
+    for r in rows:
+        d = r.asDict()
+        tagged = d.pop("_damage")
+        if tagged is None:
+            out.append(d)
+        else:
+            found.append(json.loads(tagged))
+    if damage is not None:
+        damage.extend(sorted(found, key=lambda f: (f["store"], f["offset"])))
+    return sorted(out, key=lambda d: tuple((d[k] is not None, 0 if d[k] is None else d[k]) for k in keys))
 
 
 # --- lookup -------------------------------------------------------------------------------------
@@ -332,12 +373,12 @@ class LookupReport:
 
 def _lookup_task(key: str, topic: str | None, begin: int | None, end: int | None, max_num: int | None,
                  force_scan: bool, include_body: bool, decompress: bool, use_mmap: bool,
-                 stores: Iterator[tuple[int, str]]) -> Iterator[tuple]:
+                 stores: Iterator[tuple[int, str, str]]) -> Iterator[tuple]:
     """Executor side: :func:`rmqdump.analysis.lookup.lookup_key` on each store; rows as Arrow-schema dicts."""
     from rmqdump.analysis.lookup import lookup_key
     from rmqdump.store.root import Store
 
-    for idx, path in stores:
+    for idx, path, broker in stores:
         try:
             st = Store.open(path)
             res = lookup_key(st, topic, key, begin, end, max_num, force_scan=force_scan, use_mmap=use_mmap)
@@ -347,9 +388,9 @@ def _lookup_task(key: str, topic: str | None, begin: int | None, end: int | None
                 seg = cl.segment_for(m.offset)
                 return str(seg.path) if seg is not None else m.file
 
-            batch = rarrow.messages_batch(res.hits, broker=rarrow.broker_name(path), store=path, segment_of=seg_of,
+            batch = rarrow.messages_batch(res.hits, broker=broker, store=path, segment_of=seg_of,
                                           include_body=include_body, decompress=decompress)
-            info = {"store": path, "broker": rarrow.broker_name(path), "hits": len(res.hits), "source": res.source,
+            info = {"store": path, "broker": broker, "hits": len(res.hits), "source": res.source,
                     "collisions": len(res.collisions), "truncated": res.truncated, "reasons": res.reasons,
                     "warnings": res.warnings, "unreadable": [list(u) for u in res.unreadable]}
             yield ("ok", idx, batch.to_pylist(), info)
@@ -375,7 +416,9 @@ def lookup(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], key: s
     task = functools.partial(_lookup_task, key, topic, begin, end, max_num, force_scan, include_body, decompress,
                              use_mmap)
     with track(spark, f"rmqdump lookup in {len(stores)} store(s)", progress):
-        outcomes = _parallelize(spark, list(enumerate(stores))).mapPartitions(task).collect()
+        names = rarrow.broker_names(stores)
+        items = [(i, p, names[p]) for i, p in enumerate(stores)]
+        outcomes = _parallelize(spark, items).mapPartitions(task).collect()
     report = LookupReport()
     for o in sorted(outcomes, key=lambda o: o[1]):
         if o[0] == "error":

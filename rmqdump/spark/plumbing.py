@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import uuid
 from collections.abc import Callable
 from contextlib import contextmanager
+from urllib.parse import unquote, urlparse
 
 from rmqdump.errors import RmqdumpError
 
 Progress = Callable[[int, int], None]
+
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")
+
+
+def local_path(path: str | os.PathLike, what: str = "store") -> str:
+    """``path`` as an absolute local path (``file:`` URIs accepted). Other schemes (``s3a://``,
+    ``hdfs://`` ...) are refused: rmqdump reads stores and writes exports with local file access, so
+    every executor must see them at the same local (or mounted) path."""
+    p = os.fspath(path)
+    m = _URI.match(p)
+    if m and len(m.group(1)) > 1 and (m.group(2) or m.group(1).lower() == "file"):
+        u = urlparse(p)
+        if u.scheme.lower() != "file" or u.netloc not in ("", "localhost"):
+            raise RmqdumpError(f"{p}: {u.scheme}://{u.netloc} is not supported for the {what}: rmqdump reads and "
+                               f"writes local (or mounted) paths that every executor sees; give a path or file:///path")
+        p = unquote(u.path)
+    return os.path.abspath(p)
+
 
 _REMOTE_ERROR = re.compile(r"rmqdump\.errors\.(\w+Error): (.*)")
 

@@ -27,7 +27,14 @@ from rmqdump.codec.record import Blank, Message
 from rmqdump.disk.segment import Segment
 from rmqdump.rows.arrow.columns import COLUMNS, LINEAGE_FIELDS, RECORD_SCHEMA, _Columns, empty_batch, messages_batch
 from rmqdump.rows.arrow.fastcolumns import _fast_pieces, _FastContext
-from rmqdump.rows.arrow.splits import SegmentReport, SegmentSplit, broker_name, iter_splits, segment_splits
+from rmqdump.rows.arrow.splits import (
+    SegmentReport,
+    SegmentSplit,
+    broker_name,
+    broker_names,
+    iter_splits,
+    segment_splits,
+)
 from rmqdump.rows.arrow.tables import (
     CQ_SCHEMA,
     INDEX_SCHEMA,
@@ -45,7 +52,7 @@ from rmqdump.store.root import Store
 
 __all__ = ["CRC_MODES", "COLUMNS", "CQ_SCHEMA", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_BATCH_BYTES", "INDEX_SCHEMA",
            "LINEAGE_FIELDS", "READ_AHEAD_BYTES", "RECORD_SCHEMA", "IndexSplit", "QueueSplit", "SegmentReport",
-           "SegmentSplit", "broker_name", "empty_batch", "index_splits", "iter_splits", "messages_batch",
+           "SegmentSplit", "broker_name", "broker_names", "empty_batch", "index_splits", "iter_splits", "messages_batch",
            "queue_splits", "read_index", "read_queue", "read_split", "record_batches", "segment_splits"]
 
 DEFAULT_BATCH_SIZE = 8192
@@ -87,6 +94,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
     cols = _Columns(split.broker, split.store, split.path, delay_levels_ms)
     rows = skipped = 0
     blank = None
+    ranges: list[tuple[int, int, str, str]] = []
     body_errors = BodyErrors()
     for rec in walk:
         if isinstance(rec, Message):
@@ -106,6 +114,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
             blank = rec
         elif isinstance(rec, Skipped):
             skipped += 1
+            ranges.append((rec.start, rec.end, rec.reason.kind, rec.reason.detail))
     if len(cols):
         rows += len(cols)
         yield cols.to_batch()
@@ -118,7 +127,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
         else:
             kind, off, detail = "end_of_data", seg.end, "end of the segment"
         on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, skipped, body_errors.count,
-                                 tuple(body_errors.first)))
+                                 tuple(body_errors.first), tuple(ranges)))
 
 
 def record_batches(source: str | os.PathLike | Store | CommitLog | Segment | SegmentSplit,

@@ -47,11 +47,10 @@ class SegmentReport:
     skipped: int  # damaged ranges stepped over (keep_going)
     body_errors: int = 0  # bodies that would not decompress (exported as stored)
     body_error_first: tuple[tuple[int, str], ...] = ()  # the first few: (offset, detail)
+    skipped_ranges: tuple[tuple[int, int, str, str], ...] = ()  # keep_going: (start, end, kind, detail) each
 
 
-def broker_name(path: str | os.PathLike) -> str:
-    """A default broker name for a store path: its directory name (the parent's for ``store``/``commitlog``
-    directories and segment files)."""
+def _broker_dir(path: str | os.PathLike) -> Path:
     p = Path(os.path.abspath(path))
     if p.is_file():
         p = p.parent
@@ -59,16 +58,48 @@ def broker_name(path: str | os.PathLike) -> str:
         p = p.parent
     if p.name == "store" and p.parent.name:
         p = p.parent
+    return p
+
+
+def broker_name(path: str | os.PathLike) -> str:
+    """A default broker name for a store path: its directory name (the parent's for ``store``/``commitlog``
+    directories and segment files)."""
+    p = _broker_dir(path)
     return p.name or str(p)
 
 
+def broker_names(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
+    """Unique default broker names of several stores: :func:`broker_name`, and where two stores share it,
+    the shortest tail of their directory paths that tells them apart (``host1/root``, ``host2/root`` for
+    ``/x/host1/root/store`` and ``/x/host2/root/store``). The same stores always get the same names."""
+    keys = list(dict.fromkeys(os.fspath(p) for p in paths))
+    names = {k: broker_name(k) for k in keys}
+    groups: dict[str, list[str]] = {}
+    for k, n in names.items():
+        groups.setdefault(n, []).append(k)
+    for _name, members in groups.items():
+        if len(members) < 2:
+            continue
+        dirs = {k: _broker_dir(k).parts for k in members}
+        for n in range(2, max(len(d) for d in dirs.values()) + 1):
+            tails = {k: "/".join(d[-n:]) for k, d in dirs.items()}
+            if len(set(tails.values())) == len(members):
+                names.update(tails)
+                break
+        else:
+            names.update({k: os.path.abspath(k) for k in members})
+    return names
+
+
 def segment_splits(paths: Iterable[str | os.PathLike], brokers: dict[str, str] | None = None) -> list[SegmentSplit]:
-    """Every segment of every store in ``paths`` as a split (stores in the given order)."""
+    """Every segment of every store in ``paths`` as a split (stores in the given order); default broker
+    names from :func:`broker_names`."""
     out: list[SegmentSplit] = []
-    for path in paths:
-        key = os.fspath(path)
+    paths = [os.fspath(p) for p in paths]
+    defaults = broker_names(paths)
+    for key in paths:
         cl = Store.open(key).commitlog
-        broker = (brokers or {}).get(key) or broker_name(key)
+        broker = (brokers or {}).get(key) or defaults[key]
         for seg in cl.segments:
             out.append(SegmentSplit(key, broker, str(seg.path), seg.start, seg.size, len(out)))
     return out

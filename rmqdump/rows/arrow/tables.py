@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from rmqdump.errors import StoreError
 from rmqdump.rows.arrow.columns import _STR
-from rmqdump.rows.arrow.splits import broker_name
+from rmqdump.rows.arrow.splits import broker_names
 from rmqdump.store.root import Store
 
 CQ_SCHEMA = pa.schema([
@@ -62,12 +62,13 @@ def queue_splits(paths: Iterable[str | os.PathLike]) -> list[QueueSplit]:
     from rmqdump.store.consumequeue import discover_queues, infer_store_cq_file_size
 
     out = []
-    for path in paths:
-        key = os.fspath(path)
+    paths = [os.fspath(p) for p in paths]
+    names = broker_names(paths)
+    for key in paths:
         root = _store_root(key)
         size = infer_store_cq_file_size(root)
         for ref in discover_queues(root):
-            out.append(QueueSplit(key, broker_name(key), str(root), ref.topic, ref.queue_id, str(ref.path), size))
+            out.append(QueueSplit(key, names[key], str(root), ref.topic, ref.queue_id, str(ref.path), size))
     return out
 
 
@@ -119,9 +120,10 @@ def index_splits(paths: Iterable[str | os.PathLike]) -> list[IndexSplit]:
     from rmqdump.store.indexfile import list_index_files
 
     out = []
-    for path in paths:
-        key = os.fspath(path)
-        out.extend(IndexSplit(key, broker_name(key), str(p)) for p in list_index_files(_store_root(key)))
+    paths = [os.fspath(p) for p in paths]
+    names = broker_names(paths)
+    for key in paths:
+        out.extend(IndexSplit(key, names[key], str(p)) for p in list_index_files(_store_root(key)))
     return out
 
 
