@@ -81,6 +81,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("rss_scan", "peak RSS, rmqdump scan of the 4 GiB store", "<= 200 MB"),
     ("rss_verify", "peak RSS, rmqdump verify of the 4 GiB store", "<= 200 MB"),
     ("rss_fastwalk", "peak RSS, fastwalk.verify_segments of the 4 GiB store", "<= 200 MB"),
+    ("rss_export", "peak RSS, rmqdump export --to F.parquet of the 4 GiB store", "<= 200 MB"),
     ("spark_per_core", "Spark export local[2] per core vs single-process export", ">= 0.5 x"),
     ("spark_scaling", "Spark export local[2] vs local[1]", ">= 1.7 x"),
     ("bulk_append", "bulk append (rmqdump.write.appender.bulk_append), fsync per 4 MiB", ">= 200 MB/s"),
@@ -227,7 +228,7 @@ class Bench:
         groups = {"read_bw": ["read_bw", "zlib_crc", "rocketmq_ref"], "pure_scan_1k": ["pure_scan_1k", "pure_verify_1k"],
                   "fast_scan_1k": ["fast_scan_1k", "fast_scan_128"],
                   "fast_verify_1core": ["fast_verify_1core", "fast_verify_jobs"],
-                  "lookup_key": ["lookup_key", "lookup_vs_scan"], "rss_scan": ["rss_scan", "rss_verify", "rss_fastwalk"],
+                  "lookup_key": ["lookup_key", "lookup_vs_scan"], "rss_scan": ["rss_scan", "rss_verify", "rss_fastwalk", "rss_export"],
                   "spark_per_core": ["spark_per_core", "spark_scaling"]}
         for key, fn in steps:
             keys = groups.get(key, [key])
@@ -513,6 +514,8 @@ class Bench:
                          "scan"),
             "rss_verify": ([*RMQDUMP, "verify", "--commitlog-only", "-q", "-f", "json", str(self.store1k)], "verify"),
             "rss_fastwalk": ([sys.executable, "-c", _FASTWALK_RSS, str(self.store1k)], None),
+            "rss_export": ([*RMQDUMP, "export", "-q", "--overwrite", str(self.store1k), "--to",
+                            str(self.out / "rss-export.parquet")], "export"),
         }
         for key, (cmd, command) in rows.items():
             r = self.rows[key]

@@ -110,7 +110,8 @@ class FastSegmentWalk:
         self.max_record_size = max_record_size
         self.batch_records = batch_records
         self.batch_bytes = batch_bytes
-        self.release_pages = release_pages and self._mm is not None and hasattr(self._mm, "madvise")
+        self._can_release = self._mm is not None and hasattr(self._mm, "madvise")
+        self.release_pages = release_pages and self._can_release
         self.strict = strict
         self.cols = columns if columns is not None and columns.capacity >= batch_records else _Columns(batch_records)
         np = _numpy()
@@ -221,15 +222,22 @@ class FastSegmentWalk:
             self.stats[0] += 1
 
     def _release(self, upto: int) -> None:
-        """Drop mapped pages before ``upto`` from our RSS (they stay in the page cache)."""
-        if not self.release_pages:
+        """The walk's own release, behind itself, when ``release_pages``."""
+        if self.release_pages:
+            self.release_before(upto)
+
+    def release_before(self, upto: int) -> None:
+        """Drop mapped pages before ``upto`` from our RSS (they stay in the page cache; a later read faults
+        them back). A caller that reads a batch's bytes after the walk has moved on (a walk on another
+        thread) walks with ``release_pages=False`` and calls this once it is done with them."""
+        if not self._can_release:
             return
         end = upto & ~(mmap.PAGESIZE - 1)
         if end - self._released >= (1 << 20) or (upto >= self.size and end > self._released):
             try:
                 self._mm.madvise(mmap.MADV_DONTNEED, self._released, end - self._released)
             except (OSError, ValueError):
-                self.release_pages = False
+                self.release_pages = self._can_release = False
             self._released = end
 
     def close(self) -> None:

@@ -217,8 +217,13 @@ def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool
     ctx = _FastContext(split, delay_levels_ms)
     flt = None if flt is None or flt.empty else flt
     rows = 0
-    walk = fastwalk.walk_segment_fast(seg, check_crc=crc == "check", max_record_size=max_record_size)
-    batches = _read_ahead(walk) if split.size >= READ_AHEAD_BYTES and fastwalk.default_jobs() > 1 else walk
+    ahead = split.size >= READ_AHEAD_BYTES and fastwalk.default_jobs() > 1
+    # walked on another thread, a batch's bytes are read here after the walk has moved on: the walk must not
+    # drop them from the mapping (they would fault back in and stay: RSS grew to the segment's size); this
+    # loop drops them once rendered
+    walk = fastwalk.walk_segment_fast(seg, check_crc=crc == "check", max_record_size=max_record_size,
+                                      release_pages=not ahead)
+    batches = _read_ahead(walk) if ahead else walk
     try:
         for rb in batches:
             for batch in _fast_pieces(rb, ctx, include_body, decompress, flt):
@@ -226,6 +231,8 @@ def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool
                     piece = batch.slice(start, batch_size)
                     rows += piece.num_rows
                     yield piece
+            if ahead and rb.n:
+                walk.release_before(int(rb["file_pos"][-1]) + int(rb["size"][-1]))
     finally:
         if batches is not walk:
             batches.close()  # stops and joins the walking thread
