@@ -164,7 +164,7 @@ def _fast_usable(nbytes: int, fast: bool | None) -> bool:
 READ_AHEAD_BYTES = 64 * 1024 * 1024
 
 
-def _read_ahead(walk, depth: int = 2) -> Iterator:
+def _read_ahead(walk, depth: int = 1) -> Iterator:
     """The batches of a fastwalk segment walk, walked (and CRC-checked) on a helper thread up to
     ``depth`` batches ahead: the kernels release the GIL, so the walk and the column building
     overlap. The batches are copies (the walk reuses its column arrays)."""
