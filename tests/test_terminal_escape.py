@@ -10,17 +10,13 @@ sequences may appear. A newline inside a value must not start a new output row.
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from ptyrun import run_on_pty
 from secutil import RMQDUMP, build_store, props, run_cli
 
 from rmqdump.cli import COMMANDS
@@ -184,33 +180,8 @@ def test_rich_markup_in_data_is_not_interpreted(request, markup_store, cmd, args
 
 
 def _run_on_pty(args: list[str], timeout: float = 60.0) -> tuple[int | None, str]:
-    master, slave = pty.openpty()
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS="200", LINES="50")
-    env.pop("NO_COLOR", None)
-    p = subprocess.Popen([*RMQDUMP, *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env,
-                         close_fds=True, start_new_session=True)
-    os.close(slave)
-    out = bytearray()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        r, _, _ = select.select([master], [], [], 0.1)
-        if r:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            out += chunk
-        elif p.poll() is not None:
-            continue
-    try:
-        rc = p.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        p.kill()
-        rc = None
-    os.close(master)
-    return rc, out.decode("utf-8", "replace")
+    rc, text, _ = run_on_pty([*RMQDUMP, *map(str, args)], timeout=timeout)
+    return rc, text
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="pty semantics checked on Linux")

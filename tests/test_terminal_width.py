@@ -10,20 +10,13 @@ with the same command's ``-f jsonl``), so a queue offset can never read as a que
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
-import pty
 import re
-import select
-import struct
 import subprocess
 import sys
-import tempfile
-import termios
-import time
 
 import pytest
+from ptyrun import run_on_pty
 from rich.cells import cell_len
 
 from conftest import REPO
@@ -43,37 +36,8 @@ HIDDEN = re.compile(r"hidden at (\d+) columns: (.*?) \(a wider terminal or (-f j
 def on_terminal(args: list[str], width: int, timeout: float = 120.0) -> tuple[int | None, list[str], str]:
     """Run ``rmqdump ARGS`` from the repository root with stdout on a ``width``-column pty:
     (exit code, stdout lines without colour codes, stderr)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, width, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(width), LINES="50")
-    env.pop("NO_COLOR", None)
-    with tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([*RMQDUMP, *args], cwd=REPO, stdin=subprocess.DEVNULL, stdout=slave, stderr=err,
-                             env=env, close_fds=True, start_new_session=True)
-        os.close(slave)
-        out = bytearray()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.1)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            elif p.poll() is not None:
-                break
-        try:
-            rc = p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = None
-        os.close(master)
-        err.seek(0)
-        stderr = err.read().decode("utf-8", "replace")
-    text = ANSI.sub("", out.decode("utf-8", "replace")).replace("\r\n", "\n")
+    rc, out, stderr = run_on_pty([*RMQDUMP, *args], width=width, timeout=timeout, cwd=REPO, stderr_on_pty=False)
+    text = ANSI.sub("", out).replace("\r\n", "\n")
     return rc, text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), stderr
 
 
