@@ -323,13 +323,7 @@ def test_spark_runs_from_a_venv_used_by_path(tmp_path):
     java = shutil.which("java")
     if java is None:
         pytest.skip("no Java runtime for Spark")
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    for name in ("python3", "python"):
-        (fake / name).write_text("#!/bin/sh\necho 'not the rmqdump interpreter' >&2\nexit 3\n")
-        (fake / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
-    env["PATH"] = os.pathsep.join((str(fake), str(Path(java).resolve().parent), "/usr/bin", "/bin"))
+    env = _env_with_a_broken_python(tmp_path, java)
     store = Path(__file__).resolve().parent.parent / "fixtures" / "store"
     r = subprocess.run([sys.executable, "-m", "rmqdump.cli", "spark", "stats", str(store), "-f", "jsonl", "-q"],
                        env=env, capture_output=True, text=True, timeout=300)
@@ -377,13 +371,7 @@ def test_readme_example_in_a_plain_session(tmp_path):
     start = text.index("# README example: a plain SparkSession")
     code = text[start:text.index("```", start)]
     assert 'master("local[1]")' in code and "register_data_sources(spark)" in code
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    for name in ("python3", "python"):
-        (fake / name).write_text("#!/bin/sh\necho 'not the rmqdump interpreter' >&2\nexit 3\n")
-        (fake / name).chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
-    env["PATH"] = os.pathsep.join((str(fake), str(Path(java).resolve().parent), "/usr/bin", "/bin"))
+    env = _env_with_a_broken_python(tmp_path, java)
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     table = [[c.strip() for c in line.split("|")[1:-1]] for line in r.stdout.splitlines() if line.startswith("|")]
@@ -512,3 +500,16 @@ def test_pushdown_reader_only_for_the_pushdown_planner():
         exec(compile("reader = source.reader(None)", str(workers / planner), "exec"), ns)
         kinds[planner] = type(ns["reader"]).pushFilters is not DataSourceReader.pushFilters
     assert kinds == {"data_source_pushdown_filters.py": True, "plan_data_source_read.py": False, "elsewhere.py": False}
+
+
+def _env_with_a_broken_python(tmp_path: Path, java: str) -> dict[str, str]:
+    """The environment of a venv used by its path: no venv variables, and a ``python3``/``python`` first on
+    PATH that cannot run anything (so only an interpreter rmqdump pins can run Spark's Python side)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python3", "python"):
+        (fake / name).write_text("#!/bin/sh\necho 'not the rmqdump interpreter' >&2\nexit 3\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join((str(fake), str(Path(java).resolve().parent), "/usr/bin", "/bin"))
+    return env
