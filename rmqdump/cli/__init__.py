@@ -26,6 +26,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cq": ("rmqdump.cli.cq", "cq", "Dump consume queues: min/max offsets, gaps, entries."),
     "index": ("rmqdump.cli.index", "index", "Dump index files: headers, slot occupancy, chain lengths, entries."),
     "verify": ("rmqdump.cli.verify", "verify", "Check a store and predict what the broker's recovery would drop."),
+    "diff": ("rmqdump.cli.diff", "diff", "Compare two stores: first commitlog divergence, queues, index, config."),
+    "fingerprint": ("rmqdump.cli.fingerprint", "fingerprint", "Digest per segment and queue file; compare replicas."),
+    "bundle": ("rmqdump.cli.bundle", "bundle", "Write a support bundle: layout, config without secrets, info, verify."),
 }
 
 

@@ -1,0 +1,337 @@
+"""``diff``: where two stores differ (master and slave, before and after): the first divergence in the
+commitlog with both records decoded, or where one ends and the other goes on; per consume queue its max
+offsets and first differing entry; index files (headers); checkpoint fields; ``config/`` files.
+
+Raw bytes are compared in big chunks first (one reused buffer per side); records and entries are decoded
+only at the divergence. Both stores are opened read-only; nothing is written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, MAX_RECORD_SIZE
+from rmqdump.codec.record import Blank, Message
+from rmqdump.disk.evidence import record_read
+from rmqdump.disk.fileio import open_regular
+from rmqdump.errors import RmqdumpError, StoreError
+from rmqdump.store.commitlog import CommitLog, Walk
+from rmqdump.store.root import Store
+
+CHUNK = 8 << 20
+_FINE = 4096  # the first differing byte is searched in blocks of this size, then byte by byte
+MAX_CONFIG_PATHS = 20
+
+
+class _Reader:
+    """pread into a reused buffer; one open file at a time."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray(CHUNK)
+        self.path: Path | None = None
+        self.fd: int | None = None
+
+    def read(self, path: Path, pos: int, want: int) -> memoryview:
+        if path != self.path:
+            self.close()
+            self.fd = open_regular(path, follow=False)
+            self.path = path
+            record_read(path)  # --evidence manifest
+        try:
+            n = os.preadv(self.fd, [memoryview(self.buf)[:want]], pos)
+        except OSError as e:
+            raise StoreError(f"read failed: {e.strerror}", path, pos) from None
+        return memoryview(self.buf)[:n]
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = self.path = None
+
+
+def first_difference(x: memoryview, y: memoryview) -> int | None:
+    """Index of the first byte where ``x`` and ``y`` differ (a shorter one differs where it ends)."""
+    n = min(len(x), len(y))
+    if x[:n] == y[:n]:
+        return None if len(x) == len(y) else n
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + _FINE)
+        if x[lo:hi] != y[lo:hi]:
+            return next(i for i in range(lo, hi) if x[i] != y[i])
+        lo = hi
+    return n
+
+
+def diff_stores(path_a: str | os.PathLike, path_b: str | os.PathLike, *, use_mmap: bool = True,
+                max_record_size: int = MAX_RECORD_SIZE) -> dict:
+    """The difference document of two stores (``identical`` True when none is found)."""
+    a, b = Store.open(path_a), Store.open(path_b)
+    doc: dict = {"a": str(a.root or a.commitlog.location), "b": str(b.root or b.commitlog.location),
+                 "commitlog": diff_commitlogs(a.commitlog, b.commitlog, use_mmap=use_mmap,
+                                              max_record_size=max_record_size)}
+    if a.root is not None and b.root is not None:
+        doc["consume_queues"] = diff_queues(a.root, b.root)
+        doc["index"] = _diff_index(a.root, b.root)
+        doc["checkpoint"] = _diff_checkpoint(a.root, b.root)
+        doc["config"] = _diff_config(a.root, b.root)
+    cl = doc["commitlog"]
+    count = (bool(cl["first_divergence"]) + len(cl["notes"]) + len(doc.get("consume_queues", {}).get("queues", []))
+             + len(doc.get("index", [])) + bool(doc.get("checkpoint")) + len(doc.get("config", [])))
+    doc["differences"] = count
+    doc["identical"] = count == 0
+    return doc
+
+
+# --- commitlog -------------------------------------------------------------------------------------
+
+
+def diff_commitlogs(a: CommitLog, b: CommitLog, *, use_mmap: bool = True,
+                    max_record_size: int = MAX_RECORD_SIZE) -> dict:
+    """Compare the bytes both commitlogs hold up to the shorter one's end; decode at the first difference."""
+    from rmqdump.analysis.info import data_end
+
+    end_a, why_a = data_end(a, use_mmap)
+    end_b, why_b = data_end(b, use_mmap)
+    out: dict = {"a": {"min_offset": a.min_offset, "end": end_a, "end_reason": why_a},
+                 "b": {"min_offset": b.min_offset, "end": end_b, "end_reason": why_b},
+                 "first_divergence": None, "notes": []}
+    if a.min_offset != b.min_offset:
+        out["notes"].append(f"A starts at {a.min_offset}, B at {b.min_offset} (older segments deleted on one side); "
+                            f"compared from {max(a.min_offset, b.min_offset)}")
+    lo, hi = max(a.min_offset, b.min_offset), min(end_a, end_b)
+    at = _first_divergent_offset(a, b, lo, hi)
+    if at is not None:
+        out["first_divergence"] = _divergence(a, b, at, use_mmap, max_record_size)
+    elif end_a != end_b:
+        longer, shorter = ("A", "B") if end_a > end_b else ("B", "A")
+        out["notes"].append(f"{longer} continues past {shorter}'s end at {hi} (to {max(end_a, end_b)}; "
+                            f"{abs(end_a - end_b)} bytes more); the bytes both hold are identical")
+    return out
+
+
+def _first_divergent_offset(a: CommitLog, b: CommitLog, lo: int, hi: int) -> int | None:
+    ra, rb = _Reader(), _Reader()
+    try:
+        pos = lo
+        while pos < hi:
+            sa, sb = a.segment_for(pos), b.segment_for(pos)
+            if sa is None or sb is None:
+                return pos
+            want = min(hi, sa.start + sa.size, sb.start + sb.size, pos + CHUNK) - pos
+            x = ra.read(sa.path, pos - sa.start, want)
+            y = rb.read(sb.path, pos - sb.start, want)
+            i = first_difference(x, y)
+            if i is not None:
+                return pos + i
+            if len(x) < want:  # both files end early (shorter than the geometry): nothing more to compare
+                return pos + len(x) if pos + len(x) < hi else None
+            pos += want
+        return None
+    finally:
+        ra.close()
+        rb.close()
+
+
+def _record_start(cl: CommitLog, offset: int, use_mmap: bool, max_record_size: int) -> tuple[int, str | None]:
+    """Start of the record holding ``offset`` in ``cl`` (walked from its segment's start), or where that
+    walk stopped before it (with why)."""
+    seg = cl.segment_for(offset)
+    if seg is None:
+        return offset, "outside every segment"
+    walk = Walk(cl, start=seg.start, end=offset + 1, check_crc=False, read_body=False, use_mmap=use_mmap,
+                max_record_size=max_record_size)
+    for rec in walk:
+        if isinstance(rec, (Message, Blank)) and rec.offset <= offset < rec.offset + max(rec.size, 1):
+            return rec.offset, None
+    stop = walk.stop
+    if stop is not None and stop.offset <= offset:
+        return stop.offset, f"{stop.kind}: {stop.detail}"
+    return offset, None
+
+
+def _divergence(a: CommitLog, b: CommitLog, at: int, use_mmap: bool, max_record_size: int) -> dict:
+    start, why = _record_start(a, at, use_mmap, max_record_size)
+    out = {"offset": at, "record_offset": start, "byte_in_record": at - start,
+           "a": record_dict(a.decode_at(start, use_mmap=use_mmap, read_body=False, max_record_size=max_record_size)),
+           "b": record_dict(b.decode_at(start, use_mmap=use_mmap, read_body=False, max_record_size=max_record_size))}
+    if why:
+        out["note"] = f"A's walk stops at {start} before the difference ({why})"
+    return out
+
+
+def record_dict(rec) -> dict:
+    """A decoded record (or BLANK, or invalid verdict) as a small JSON-ready dict."""
+    if isinstance(rec, Message):
+        return {"kind": "message", "offset": rec.offset, "size": rec.size, "topic": rec.topic,
+                "queue_id": rec.queue_id, "queue_offset": rec.queue_offset, "store_timestamp": rec.store_timestamp,
+                "born_timestamp": rec.born_timestamp, "body_length": rec.body_length, "body_crc": rec.body_crc,
+                "crc_ok": rec.crc_ok, "keys": rec.keys, "uniq_key": rec.uniq_key, "msg_id": rec.msg_id}
+    if isinstance(rec, Blank):
+        return {"kind": "blank", "offset": rec.offset, "size": rec.size}
+    return {"kind": "invalid", "offset": rec.offset, "reason": rec.kind, "detail": rec.detail}
+
+
+# --- consume queues --------------------------------------------------------------------------------
+
+
+def diff_queues(root_a: Path, root_b: Path) -> dict:
+    """Per queue (``consumequeue/TOPIC/QID``): only on one side, or max offsets and the first differing entry."""
+    from rmqdump.store.consumequeue import discover_queues
+
+    out: dict = {"queues": [], "errors": []}
+    try:
+        qa = {(r.topic, r.queue_id): r for r in discover_queues(root_a)}
+        qb = {(r.topic, r.queue_id): r for r in discover_queues(root_b)}
+    except RmqdumpError as e:
+        out["errors"].append(str(e))
+        return out
+    for key in sorted(qa.keys() | qb.keys()):
+        name = {"topic": key[0], "queue_id": key[1]}
+        if key not in qa or key not in qb:
+            out["queues"].append({**name, "detail": f"queue only in {'A' if key in qa else 'B'}"})
+            continue
+        try:
+            d = _diff_queue(qa[key].path, qb[key].path)
+        except RmqdumpError as e:
+            out["errors"].append(str(e))
+            continue
+        if d is not None:
+            out["queues"].append({**name, **d})
+    return out
+
+
+def _queue_range(path: Path) -> dict:
+    from rmqdump.store.consumequeue import ConsumeQueue
+
+    q = ConsumeQueue(path, strict=False)
+    first = q.files[0].start // CQ_STORE_UNIT_SIZE if q.files else 0
+    return {"first_offset": first, "max_offset": q.max_offset, "files": [f.path.name for f in q.files]}
+
+
+def _diff_queue(pa: Path, pb: Path) -> dict | None:
+    from rmqdump.store.consumequeue import list_mapped_files
+
+    fa, _ = list_mapped_files(pa)
+    fb, _ = list_mapped_files(pb)
+    ma, mb = {f.start: f for f in fa}, {f.start: f for f in fb}
+    first = None
+    ra, rb = _Reader(), _Reader()
+    try:
+        for start in sorted(ma.keys() & mb.keys()):
+            x, y = ma[start], mb[start]
+            pos, size = 0, max(x.size, y.size)
+            while pos < size and first is None:
+                want = min(CHUNK - CHUNK % CQ_STORE_UNIT_SIZE, size - pos)
+                u, v = ra.read(x.path, pos, want), rb.read(y.path, pos, want)
+                i = first_difference(u, v)
+                if i is not None:
+                    i -= i % CQ_STORE_UNIT_SIZE
+                    first = {"queue_offset": (start + pos + i) // CQ_STORE_UNIT_SIZE,
+                             "a": _unit(u, i), "b": _unit(v, i)}
+                pos += want
+            if first is not None:
+                break
+    finally:
+        ra.close()
+        rb.close()
+    only = sorted(ma.keys() ^ mb.keys())
+    if first is None and not only:
+        return None
+    out: dict = {"a": _queue_range(pa), "b": _queue_range(pb), "first_difference": first}
+    parts = []
+    if out["a"]["max_offset"] != out["b"]["max_offset"]:
+        parts.append(f"max offset {out['a']['max_offset']} vs {out['b']['max_offset']}")
+    if first is not None:
+        parts.append(f"first differing entry at queue offset {first['queue_offset']}")
+    if only:
+        parts.append("files only on one side: " + ", ".join(
+            f"{(ma.get(s) or mb.get(s)).path.name} ({'A' if s in ma else 'B'})" for s in only[:10]))
+    out["detail"] = "; ".join(parts)
+    return out
+
+
+def _unit(buf: memoryview, i: int) -> dict | None:
+    if i + CQ_STORE_UNIT_SIZE > len(buf):
+        return None
+    off, size, tags = CQ_UNIT.unpack_from(buf, i)
+    return {"commit_log_offset": off, "size": size, "tags_code": tags}
+
+
+# --- index, checkpoint, config ---------------------------------------------------------------------
+
+
+def _diff_index(root_a: Path, root_b: Path) -> list[dict]:
+    from rmqdump.analysis.info import _index_files
+
+    ia = {f["file"]: f for f in _index_files(root_a)}
+    ib = {f["file"]: f for f in _index_files(root_b)}
+    out = []
+    for name in sorted(ia.keys() | ib.keys()):
+        x, y = ia.get(name), ib.get(name)
+        if x is None or y is None:
+            out.append({"file": name, "detail": f"only in {'A' if y is None else 'B'}", "a": x, "b": y})
+        elif x != y:
+            keys = sorted(k for k in x.keys() | y.keys() if x.get(k) != y.get(k))
+            out.append({"file": name, "detail": "header differs: " + ", ".join(
+                f"{k} {x.get(k)} vs {y.get(k)}" for k in keys), "a": x, "b": y})
+    return out
+
+
+def _diff_checkpoint(root_a: Path, root_b: Path) -> dict:
+    """Checkpoint fields that differ: ``{field: [a, b]}`` (empty when equal)."""
+    from rmqdump.analysis.info import _checkpoint
+
+    ca, cb = _checkpoint(root_a) or {}, _checkpoint(root_b) or {}
+    return {k: [ca.get(k), cb.get(k)] for k in sorted(ca.keys() | cb.keys()) if ca.get(k) != cb.get(k)}
+
+
+def _config_files(root: Path) -> dict[str, Path]:
+    d = root / "config"
+    try:
+        return {e.name: Path(e.path) for e in os.scandir(d) if e.is_file(follow_symlinks=False)}
+    except OSError:
+        return {}
+
+
+def _diff_config(root_a: Path, root_b: Path) -> list[dict]:
+    """``config/`` files only on one side or with other bytes; for JSON, the differing key paths (never values)."""
+    from rmqdump.store.config import parse_fastjson, read_config_bytes
+
+    fa, fb = _config_files(root_a), _config_files(root_b)
+    out = []
+    for name in sorted(fa.keys() | fb.keys()):
+        if name not in fa or name not in fb:
+            out.append({"file": name, "detail": f"only in {'A' if name in fa else 'B'}"})
+            continue
+        try:
+            x, y = read_config_bytes(fa[name]), read_config_bytes(fb[name])
+        except RmqdumpError as e:
+            out.append({"file": name, "detail": f"not compared: {e}"})
+            continue
+        if x == y:
+            continue
+        entry: dict = {"file": name, "detail": f"contents differ ({len(x or b'')} vs {len(y or b'')} bytes)"}
+        try:
+            paths = _json_paths(parse_fastjson(x or b"null", fa[name]), parse_fastjson(y or b"null", fb[name]))
+            entry["paths"] = paths[:MAX_CONFIG_PATHS]
+            entry["paths_total"] = len(paths)
+        except RmqdumpError:
+            pass
+        out.append(entry)
+    return out
+
+
+def _json_paths(x, y, prefix: str = "") -> list[str]:
+    """Key paths where two parsed JSON documents differ (``a.b.c``; a whole subtree once)."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        out = []
+        for k in sorted(x.keys() | y.keys(), key=str):
+            p = f"{prefix}.{k}" if prefix else str(k)
+            if k not in x or k not in y:
+                out.append(p)
+            elif x[k] != y[k]:
+                out += _json_paths(x[k], y[k], p)
+        return out
+    return [] if x == y else [prefix or "(document)"]
