@@ -46,6 +46,8 @@ def _render_plan(console, doc) -> None:
             diffs = [f"{k} {b[k]} -> {af[k]}" for k in ("physicMsgTimestamp", "logicsMsgTimestamp",
                                                          "indexMsgTimestamp") if b[k] != af[k]]
             line(f"  - checkpoint: {', '.join(diffs)}")
+        elif a == "restore" and g == "config":
+            line(f"  - {s['file']}: restore from its .bak ({s['size']} bytes; it is {s['detail']})")
         elif a == "remove":
             line(f"  - abort: remove ({s['detail']})")
         else:
@@ -86,11 +88,14 @@ def _render_plan(console, doc) -> None:
               help="The broker's mappedFileSizeConsumeQueue, when no ConsumeQueue file of the store tells it.")
 @click.option("--commitlog-file-size", type=click.IntRange(min=64), default=None,
               help="The broker's mappedFileSizeCommitLog, when the store's only commitlog file was cut short.")
+@click.option("--restore-config", is_flag=True,
+              help="Restore every corrupt, empty or missing config/*.json from its .bak (only a .bak the broker's "
+                   "loader accepts; a file whose .bak is bad too is refused).")
 @click.option("--format", "-f", "fmt", type=click.Choice(("table", "json", "jsonl")), default=None,
               help="Output format (default: table, plain text when piped; json or jsonl for programs).")
 @click.option("--quiet", "-q", is_flag=True, help="No summary lines on stderr.")
 def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuild_index, to_dir, cq_file_size,
-           commitlog_file_size, fmt, quiet):
+           commitlog_file_size, restore_config, fmt, quiet):
     """Plan the repair of STORE (dry run), or perform it with --apply.
 
     The plan reaches the outcome of the broker's own recovery (truncate the commitlog at the
@@ -125,7 +130,7 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
     if do_apply:
         plan, res = apply_plan(store, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
                                backup_dir=backup_dir, cq_file_size=cq_file_size,
-                               commitlog_file_size=commitlog_file_size)
+                               commitlog_file_size=commitlog_file_size, restore_config=restore_config)
         doc = plan.to_dict()
         if res is not None:
             doc["backup"] = str(res.backup)
@@ -144,7 +149,8 @@ def repair(store, do_apply, salvage, backup_dir, undo, force, rebuild_cq, rebuil
         raise LockError(f"store is locked by process {pid} (a running broker?); a repair plan of a live store "
                         "is meaningless", store, pid=pid)
     plan = plan_repair(store, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
-                       cq_file_size=cq_file_size, commitlog_file_size=commitlog_file_size)
+                       cq_file_size=cq_file_size, commitlog_file_size=commitlog_file_size,
+                       restore_config=restore_config)
     try:
         doc = plan.to_dict()
         emit_document(doc, fmt, _render_plan)

@@ -236,7 +236,8 @@ class ApplyResult:
 def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                rebuild_index: bool = False, backup_dir: str | os.PathLike | None = None, lock_timeout: float = 1.0,
                use_mmap: bool = True, name_clock=None, cq_file_size: int | None = None,
-               commitlog_file_size: int | None = None) -> tuple[RepairPlan, ApplyResult | None]:
+               commitlog_file_size: int | None = None, restore_config: bool = False
+               ) -> tuple[RepairPlan, ApplyResult | None]:
     """Plan again under the broker's lock, back up, and apply. Returns (plan, result); result is None
     when there was nothing to do."""
     from rmqdump.broker.lock import StoreLock
@@ -248,7 +249,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
         _guard(root)
         plan = plan_repair(root, salvage=salvage, rebuild_cq=rebuild_cq, rebuild_index=rebuild_index,
                            cq_file_size=cq_file_size, commitlog_file_size=commitlog_file_size,
-                           use_mmap=use_mmap, name_clock=name_clock)
+                           use_mmap=use_mmap, name_clock=name_clock, restore_config=restore_config)
         try:
             if plan.blocked:
                 raise StoreError(plan.blocked, plan.store)
@@ -277,7 +278,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
             if abort is None:
                 _set_abort(root, ABORT_TAG + f" repair pid={os.getpid()}\n".encode())
             synced: set[Path] = set()
-            for group in ("commitlog", "consumequeue", "index", "checkpoint"):
+            for group in ("commitlog", "consumequeue", "index", "checkpoint", "config"):
                 for c, item in zip(plan.changes, items, strict=True):
                     if c.group == group:
                         _apply_change(root, c, item, synced)

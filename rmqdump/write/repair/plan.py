@@ -19,6 +19,7 @@ from rmqdump.codec.layout import (
 from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import FormatError, RmqdumpError, StoreError
 from rmqdump.store.consumequeue import batch_cq_topics
+from rmqdump.write.repair.config import config_changes
 from rmqdump.write.repair.files import _blank, _nonzero_pieces, _open, _pread_all, _size
 from rmqdump.write.repair.index import _full_index_end_ts, _index_changes, _rebuild_index_changes, build_index_files
 from rmqdump.write.repair.model import SALVAGE_CHOICES, Change, RepairPlan
@@ -42,8 +43,9 @@ from rmqdump.write.writer import ensure_store_dir
 def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                 rebuild_index: bool = False, use_mmap: bool = True, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
                 name_clock=None, cq_file_size: int | None = None,
-                commitlog_file_size: int | None = None) -> RepairPlan:
-    """The repair plan for a store (reads only; staged index files go to a temp dir). ``cq_file_size``: the
+                commitlog_file_size: int | None = None, restore_config: bool = False) -> RepairPlan:
+    """The repair plan for a store (reads only; staged index files go to a temp dir). ``restore_config``: also
+    restore unusable ``config/*.json`` from their ``.bak`` (:mod:`rmqdump.write.repair.config`). ``cq_file_size``: the
     broker's mappedFileSizeConsumeQueue, needed only when no ConsumeQueue file of the store tells it;
     ``commitlog_file_size``: the broker's mappedFileSizeCommitLog, needed only when the store's only
     commitlog file was cut short (the file is restored to that length)."""
@@ -75,6 +77,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     plan = RepairPlan(root, salvage=salvage)
     abort = read_abort(root)
     plan.abort_present = abort is not None
+    config_changes(root, plan, restore_config)
     states, cq_problems = consume_queue_states(store)
     # a zero-length last segment (a crash between creating and extending it) holds nothing: it is deleted
     pred, model = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True)
