@@ -122,7 +122,7 @@ def test_5x_files_named_by_name_only(tmp_path):
     found = {f["feature"]: f for f in detect_features(inv) if f["present"]}
     assert set(found) == {"timer", "rocksdb_cq", "rocksdb_config", "dledger", "controller", "multi_path",
                           "compaction", "cq_ext"}
-    assert all(found[f]["rmqdump"] == "names only" for f in found)
+    assert all(found[f]["rmqdump"] == ("reads" if f == "timer" else "names only") for f in found)
     assert found["compaction"]["evidence"].startswith("compaction/")
     assert "position-checkpoint only" not in found["compaction"]["evidence"]
 
@@ -159,7 +159,7 @@ def test_oracle_533_timer_store_every_file_named(tmp_path, flags):
     assert c["unknown"] == 0 and c["read"] + c["named"] == entries_on_disk(root)
     got = features(doc)
     assert {"timer", "batchcq", "crc32", "v2"} <= set(got)
-    assert got["timer"]["rmqdump"] == "names only" and got["crc32"]["rmqdump"] == "reads"
+    assert got["timer"]["rmqdump"] == "reads" and got["crc32"]["rmqdump"] == "reads"
     assert ("compaction" in got) == (not flags)  # a clean 5.3.3 shutdown writes compaction/position-checkpoint
 
 

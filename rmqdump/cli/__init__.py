@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "diff": ("rmqdump.cli.diff", "diff", "Compare two stores: first commitlog divergence, queues, index, config."),
     "fingerprint": ("rmqdump.cli.fingerprint", "fingerprint", "Digest per segment and queue file; compare replicas."),
     "bundle": ("rmqdump.cli.bundle", "bundle", "Write a support bundle: layout, config without secrets, info, verify."),
+    "timer": ("rmqdump.cli.timer", "timer", "The 5.x timer store: pending timer deliveries per due time; its checks."),
 }
 
 

@@ -216,3 +216,37 @@ MSG_ID_STORE_TAIL = struct.Struct(">iq")  # store port, physical offset (after t
 #: ``(int) (now - monthStart)``, which passes 2^31 after 24.8 days; RocketMQ reads it back unsigned
 #: (``MessageClientIDSetter.getNearlyTimeFromID``), so it is an unsigned 32-bit field here.
 UNIQ_ID_TAIL = struct.Struct(">HiIH")
+
+# --- §13 5.x timer store (TimerLog, TimerWheel, Slot, TimerCheckpoint, TimerMessageStore) -----------
+STORE_TIMERLOG_DIR = "timerlog"
+STORE_TIMERWHEEL_FILE = "timerwheel"
+TIMER_CHECK_FILE = "timercheck"  # under config/
+TIMER_METRICS_FILE = "timermetrics"  # under config/
+#: size prevPos magic currWriteTimeMs delayTime offsetPy sizePy realTopicHash reserved
+TIMER_LOG_UNIT = struct.Struct(">iqiqiqiiq")  # 52 bytes
+TIMER_LOG_UNIT_SIZE = 52
+TIMER_LOG_UNIT_PRE_SIZE_FOR_MSG = 28  # offsetPy
+TIMER_LOG_MIN_BLANK_LEN = 16  # int32 remaining, int64 0, int32 BLANK_MAGIC_CODE (at the unit's magic position)
+#: TimerLog.BLANK_MAGIC_CODE (0xBBCCDDEE ^ 1880681586 + 8): the commitlog blank magic, signed view
+TIMER_LOG_BLANK_MAGIC_CODE = BLANK_MAGIC_CODE - (1 << 32)
+TIMER_MAGIC_DEFAULT = 1
+TIMER_MAGIC_ROLL = 2
+TIMER_MAGIC_DELETE = 4
+TIMER_MAGIC_KNOWN = 0xF  # TimerMessageStore.isMagicOK: (magic | 0xF) == 0xF
+MAPPED_FILE_SIZE_TIMER_LOG = 100 * 1024 * 1024
+TIMER_PRECISION_MS = 1000
+#: timeMs / precisionMs, firstPos, lastPos, num, magic
+TIMER_SLOT = struct.Struct(">qqqii")  # 32 bytes
+TIMER_SLOT_SIZE = 32
+TIMER_SLOTS_TOTAL = 7 * 86400  # TIMER_WHEEL_TTL_DAY * DAY_SECS, whatever the precision
+TIMER_WHEEL_SLOTS = 2 * TIMER_SLOTS_TOTAL
+TIMER_WHEEL_SIZE = TIMER_WHEEL_SLOTS * TIMER_SLOT_SIZE  # 38,707,200
+TIMER_BLANK_SLOTS = 60
+#: lastReadTimeMs lastTimerLogFlushPos lastTimerQueueOffset masterTimerQueueOffset
+#: dataVersion.stateVersion dataVersion.timestamp dataVersion.counter
+TIMER_CHECKPOINT = struct.Struct(">qqqqqqq")  # 56 bytes of a 4096-byte file
+TIMER_CHECKPOINT_FILE_SIZE = 4096
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+PROPERTY_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"

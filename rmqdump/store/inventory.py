@@ -86,11 +86,11 @@ CFG_NAMED = _k("config/<other table>.json[.bak]", NAMED,
                "topicQueueMapping, messageRequestMode (+ .bak copies)")
 CFG_TMP = _k("config/<name>.tmp", NAMED, "a config file being rewritten (MixAll.string2File's temp file)")
 CFG_BROKER = _k("config/broker.properties", NAMED, "broker settings (the default brokerConfigPath)")
-TIMER_CHECK = _k("config/timercheck", NAMED, "timer checkpoint (4 KiB, binary)", "timer")
-TIMER_METRICS = _k("config/timermetrics[.bak]", NAMED, "timer metrics (JSON)", "timer")
-TIMER_WHEEL = _k("timerwheel", NAMED, "timer wheel (32-byte slots)", "timer")
-TIMERLOG_DIR = _k("timerlog/", NAMED, "timer log directory", "timer")
-TIMERLOG_FILE = _k("timerlog/<offset>", NAMED, "timer log files (52-byte units)", "timer")
+TIMER_CHECK = _k("config/timercheck", READ, "timer checkpoint (4 KiB, binary; rmqdump timer)", "timer")
+TIMER_METRICS = _k("config/timermetrics[.bak]", READ, "timer metrics (JSON; rmqdump timer)", "timer")
+TIMER_WHEEL = _k("timerwheel", READ, "timer wheel (32-byte slots; rmqdump timer)", "timer")
+TIMERLOG_DIR = _k("timerlog/", READ, "timer log directory", "timer")
+TIMERLOG_FILE = _k("timerlog/<offset>", READ, "timer log files (52-byte units; rmqdump timer)", "timer")
 ROCKS_CQ = _k("consumequeue/<RocksDB file>", NAMED, "RocksDB consume queue database (storeType=defaultRocksDB)",
               "rocksdb_cq")
 # later RocketMQ lines keep the RocksDB CQ in its own folder; the name is from the develop branch's
@@ -389,7 +389,7 @@ def take_inventory(root: str | os.PathLike, *, list_cap: int = 20, max_entries: 
 
 #: (feature, what, how this rmqdump version handles it)
 FEATURES = (
-    ("timer", "timer store (timerlog/, timerwheel, config/timercheck, timermetrics)", NAMES_ONLY),
+    ("timer", "timer store (timerlog/, timerwheel, config/timercheck, timermetrics)", READS),
     ("rocksdb_cq", "RocksDB consume queue (storeType=defaultRocksDB)", NAMES_ONLY),
     ("rocksdb_config", "RocksDB config tables (config/topics/ ... or config/metadata/)", NAMES_ONLY),
     ("batchcq", "BatchConsumeQueue (queue.type=BatchCQ topics)", READS),

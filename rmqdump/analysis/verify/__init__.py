@@ -124,6 +124,7 @@ from rmqdump.analysis.verify.record_cache import RecordCache
 from rmqdump.analysis.verify.records import _fast_wanted, check_transactions, merge_segments
 from rmqdump.analysis.verify.result import SegmentResult
 from rmqdump.analysis.verify.segment import verify_segment
+from rmqdump.analysis.verify.timer_checks import verify_timer
 from rmqdump.broker.recovery import (
     DEFAULT_LIST_LIMIT,
     MODE_ABNORMAL,
@@ -273,7 +274,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     delay = delay_levels_ms or DEFAULT_DELAY_LEVELS_MS
 
     def seg_label(seg) -> str:
-        return f"commitlog/{seg.name}" if root is not None else seg.name
+        return os.path.relpath(seg.path, root) if root is not None else seg.name  # commitlog/… or dledger-<id>/data/…
 
     for p in cl.problems:
         findings.append(Finding(p.severity, p.kind, _relabel(root, p.file), p.offset, p.detail))
@@ -409,6 +410,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 findings += check_checkpoint(store, pred.checkpoint, max_store_ts=max_ts,
                                              has_data=any(r.records for r in results), index_infos=report.indexes)
             findings += check_abort_lock(store)
+            findings += verify_timer(store, cache, pred.max_offset if pred else None, max_per_kind=max_findings_per_kind)
             if pred is not None:
                 ends = {}
                 for q in pred.queues:
@@ -421,7 +423,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     if pred is not None and pred.max_offset is not None:
         lo, hi = pred.start_offset, pred.max_offset
         for f in findings:
-            if f.offset is None or not (f.file or "").startswith(("commitlog", "0")):
+            if f.offset is None or not (f.file or "").startswith(("commitlog", "0", "dledger-")):
                 continue
             if f.kind in ACCEPTED_KINDS and lo <= f.offset < hi:
                 report.accepted_damaged.append({"offset": f.offset, "kind": f.kind, "file": f.file})
