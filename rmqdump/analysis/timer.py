@@ -112,7 +112,7 @@ class TimerState:
 
     root: Path
     precision_ms: int
-    precision_inferred: bool
+    precision_source: str  # "given", "wheel" (inferred from a slot and its unit) or "default"
     now_ms: int
     checkpoint: TimerCheckpoint | None
     metrics: TimerMetrics | None
@@ -148,7 +148,7 @@ class TimerState:
     def summary(self) -> dict:
         cp = self.checkpoint
         return {
-            "precision_ms": self.precision_ms, "precision_inferred": self.precision_inferred,
+            "precision_ms": self.precision_ms, "precision_source": self.precision_source,
             "now_ms": self.now_ms, "read_time_ms": self.read_time_ms,
             "timerlog_files": len(self.log.files) if self.log else 0, "timerlog_file_size": self.log_file_size,
             "timerlog_end": self.log_end, "recovery_begin": self.recovery_begin,
@@ -201,11 +201,12 @@ def _revise(slots: dict[int, Slot], u: TimerUnit, precision: int) -> None:
 
 def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int | None = None,
                      decode: Callable[[int], Message | object] | None = None,
-                     commitlog_end: int | None = None) -> TimerState:
+                     commitlog_end: int | None = None, decode_all: bool = False) -> TimerState:
     """Read ``root``'s timer store and judge every unit (see the module docstring).
 
     ``decode(offset)`` reads the commitlog record at an offset (a :class:`Message` or anything else for
     none); ``commitlog_end`` is where the broker's commitlog ends after its recovery (None: unknown).
+    Records are read for the units the broker will read (pending, orphaned), for all with ``decode_all``.
     Unreadable parts become ``problems`` (kind, file, offset, detail), never exceptions.
     """
     r = Path(root)
@@ -242,8 +243,9 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
                 units[u.pos] = u
                 unit_file[u.pos] = f.name
 
-    inferred = precision_ms is None
-    precision = precision_ms or _infer_precision(wheel, units) or TIMER_PRECISION_MS
+    inferred = None if precision_ms else _infer_precision(wheel, units)
+    precision = precision_ms or inferred or TIMER_PRECISION_MS
+    source = "given" if precision_ms else "wheel" if inferred else "default"
 
     # recovery: re-link the slots of the units from the file holding lastTimerLogFlushPos - fileSize
     slots = dict(wheel.slots) if wheel is not None and wheel.size_ok else {}
@@ -271,7 +273,7 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
     window = now_ms // precision * precision - TIMER_SLOTS_TOTAL * precision + TIMER_BLANK_SLOTS * precision
     read_time = max(read_time, window)
 
-    st = TimerState(r, precision, inferred, now_ms, cp, metrics, wheel, log, file_size, log_end, begin,
+    st = TimerState(r, precision, source, now_ms, cp, metrics, wheel, log, file_size, log_end, begin,
                     read_time, stops=stops, slots=slots, problems=problems, commitlog_end=commitlog_end)
 
     # the chains the dequeue walks, from every slot due at or after the read time
@@ -315,7 +317,7 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
             e.state = EXPIRED
         else:
             e.state = ORPHANED
-        if e.state in (PENDING, ORPHANED):
+        if decode_all or e.state in (PENDING, ORPHANED):
             _judge_record(e, decode, commitlog_end)
             if e.topic is None:
                 e.topic = by_hash.get(u.topic_hash)  # the metrics' topic of that hash

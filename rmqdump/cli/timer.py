@@ -12,7 +12,7 @@ from rmqdump.errors import StoreError
 from rmqdump.findings import ERROR, WARNING
 from rmqdump.store.root import Store
 
-DOC_EXAMPLES = [["timer", "fixtures/oracle/533-timer/store", "--now", "2026-11-26T12:00:00Z"]]
+DOC_EXAMPLES = [["timer", "fixtures/oracle/533-timer/store", "--all", "--now", "2026-11-26T16:00:00Z"]]
 
 ENTRY_COLUMNS = [
     Column("state", "STATE", "fixed", 0), Column("due", "DUE (UTC)", "fixed", 0),
@@ -27,6 +27,10 @@ BUCKET_COLUMNS = [
 ]
 
 
+_PRECISION = {"given": "--precision-ms", "wheel": "inferred from the wheel",
+              "default": "RocketMQ's default; the wheel does not show it"}
+
+
 def _render(console, doc: dict) -> None:
     from rich.text import Text
 
@@ -34,7 +38,7 @@ def _render(console, doc: dict) -> None:
     cp = s["checkpoint"]
     console.print(Text(f"timer store of {doc['store']}", style="bold"))
     lines = [
-        ("precision", f"{s['precision_ms']} ms" + (" (inferred from the wheel)" if s["precision_inferred"] else "")),
+        ("precision", f"{s['precision_ms']} ms ({_PRECISION[s['precision_source']]})"),
         ("timerlog", f"{s['timerlog_files']} file(s) of {s['timerlog_file_size']} bytes, units end at "
                      f"{s['timerlog_end']}; {s['units']} unit(s)"),
         ("wheel", "absent (the broker creates an empty one)" if s["wheel_size"] is None
@@ -107,7 +111,7 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
     cache = RecordCache(st.commitlog, not no_mmap)
     try:
         ts = read_timer_state(st.root, now_ms=now_ms, precision_ms=precision_ms,
-                              decode=lambda off: cache.decode(off, check_crc=True), commitlog_end=commitlog_end)
+                              decode=lambda off: cache.decode(off, check_crc=True), commitlog_end=commitlog_end, decode_all=show_all)
         findings = check_timer(ts)
     finally:
         cache.close()
