@@ -77,6 +77,12 @@ Checkpoint, config, abort, lock:
   ``config_unreadable`` (error), ``consumer_offset_ahead`` (warning); ``config_missing`` (info: the broker
   starts without config/);
   ``abort_present``, ``lock_unreadable``, ``store_in_use`` (warning); ``abort_bak`` (info)
+5.x timer store (``timer_checks``; what the broker's TimerMessageStore does at the next start):
+  ``timer_unit_beyond_commitlog`` (error: a unit to deliver whose record is past the recovered commitlog end,
+  apache/rocketmq #10668), ``timer_unit_bad_record``, ``timer_wheel_size``, ``timer_log_files``,
+  ``timer_unreadable`` (error); ``timer_unit_orphaned``, ``timer_slot_dangling``, ``timer_chain_loop``,
+  ``timer_chain_crosses_slot``, ``timer_log_damaged``, ``timer_checkpoint_ahead`` (warning);
+  ``timer_metrics_mismatch`` (info)
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail
@@ -274,7 +280,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     delay = delay_levels_ms or DEFAULT_DELAY_LEVELS_MS
 
     def seg_label(seg) -> str:
-        return os.path.relpath(seg.path, root) if root is not None else seg.name  # commitlog/… or dledger-<id>/data/…
+        return os.path.relpath(seg.path, root) if root is not None else seg.name  # also dledger-<id>/data/…
 
     for p in cl.problems:
         findings.append(Finding(p.severity, p.kind, _relabel(root, p.file), p.offset, p.detail))
