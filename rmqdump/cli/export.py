@@ -67,8 +67,8 @@ def report_segments(reports, quiet: bool) -> int:
 @click.option("--overwrite", is_flag=True, help="Replace an existing output file.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary on stderr.")
 @access_options
-def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag, key, since, until, crc, keep_going,
-           compression, overwrite, quiet, no_mmap, max_message_size):
+def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag, key, since, until, body_contains,
+           body_regex, crc, keep_going, compression, overwrite, quiet, no_mmap, max_message_size):
     """Export the records of STORE to Parquet or JSONL with pyarrow, on this machine.
 
     Columns: the scan JSONL schema in typed form (body binary, properties a map, keys a
@@ -84,8 +84,8 @@ def export(store, to, fmt, partition_by, body, decompress, topic, queue_id, tag,
     cols = parse_partition_by(partition_by)
     if not cols:
         fmt = infer_format(to, fmt)
-    opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
-                        no_mmap, max_message_size)
+    flt = make_filter(topic, queue_id, tag, key, since, until, body_contains, body_regex)
+    opts = read_options(body, decompress, flt, crc, keep_going, no_mmap, max_message_size)
     t0 = time.perf_counter()
     from rmqdump.rows.arrow import iter_splits
 

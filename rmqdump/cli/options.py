@@ -8,7 +8,7 @@
 | body CRC | ``--crc check|flag|off``; ``--no-crc`` = ``--crc off`` (:func:`crc_option`) | scan, stats, pending, consumers, export, spark export |
 | store-time window | ``--since/--until``; ``--begin/--end`` aliases (:data:`time_window_options`) | scan, export, lookup, spark |
 | how many records | ``--limit/-n``; ``--max`` alias (:func:`limit_option`) | scan, lookup, spark lookup |
-| record filters | ``--topic --queue --tag --key`` + the time window (:func:`record_filter_options`) | scan, export, spark export |
+| record filters | ``--topic --queue --tag --key --body-contains --body-regex`` + the time window (:func:`record_filter_options`) | scan, export, spark export |
 | reading | ``--no-mmap``, ``--max-message-size`` (:data:`access_options`; :func:`rmqdump.codec.layout.record_size_limit`) | every reader |
 
 ``append --body TEXT`` is a different idea (the body to write), not a rendering.
@@ -130,22 +130,30 @@ def limit_option(help: str):
 
 
 def record_filter_options(topic_help: str = "Only records of this topic (repeatable)."):
-    """``--topic/--queue/--tag/--key`` and the time window: the criteria of :class:`rmqdump.rows.filters.RecordFilter`."""
+    """``--topic/--queue/--tag/--key/--body-contains/--body-regex`` and the time window: the criteria of
+    :class:`rmqdump.rows.filters.RecordFilter` (the command receives ``body_contains`` and ``body_regex``)."""
     return compose(
         click.option("--topic", "-t", multiple=True, help=topic_help),
         click.option("--queue", "queue_id", type=int, default=None, help="Only records of this queue id."),
         click.option("--tag", multiple=True, help="Only records whose TAGS equals this (repeatable)."),
         click.option("--key", multiple=True, help="Only records with this key in KEYS or as UNIQ_KEY (repeatable)."),
+        click.option("--body-contains", multiple=True, metavar="TEXT",
+                     help="Only records whose body contains TEXT (UTF-8; compressed bodies are decompressed first; "
+                          "repeatable: any of them)."),
+        click.option("--body-regex", default=None, metavar="RE",
+                     help="Only records whose body matches the Python regular expression RE (searched in the "
+                          "decompressed body read as UTF-8)."),
         time_window_options,
     )
 
 
-def make_filter(topic, queue_id, tag, key, since, until):
-    """The :class:`~rmqdump.rows.filters.RecordFilter` of :func:`record_filter_options` (None when it keeps all)."""
+def make_filter(topic, queue_id, tag, key, since, until, body_contains=(), body_regex=None):
+    """The :class:`~rmqdump.rows.filters.RecordFilter` of :func:`record_filter_options` (None when it keeps all;
+    a bad ``--body-regex`` is a one-line error)."""
     from rmqdump.rows.filters import RecordFilter
 
     lo, hi = parse_window(since, until)
-    flt = RecordFilter(tuple(topic), queue_id, tuple(tag), tuple(key), lo, hi)
+    flt = RecordFilter(tuple(topic), queue_id, tuple(tag), tuple(key), lo, hi, tuple(body_contains), body_regex)
     return None if flt.empty else flt
 
 

@@ -122,7 +122,7 @@ class _ResolvedFilter:
 @output_options
 @body_decoder_options
 @access_options
-def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, limit, max_bytes, keep_going, crc,
+def scan(path, topic, queue_id, tag, key, since, until, body_contains, body_regex, from_offset, to_offset, limit, max_bytes, keep_going, crc,
          do_resolve, follow, from_end, until_idle, poll_interval, partial_timeout, fmt, quiet, body_mode, decompress,
          no_mmap, max_message_size):
     """Walk the commitlog of PATH (a store, its commitlog/ directory or one segment file) and
@@ -133,7 +133,8 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
     decoder = resolve_body_decoder(body_mode, fmt)
     rfilter = _ResolvedFilter(tuple(topic), queue_id) if do_resolve and (topic or queue_id is not None) else None
     flt = RecordFilter(() if rfilter else tuple(topic), None if rfilter else queue_id, tuple(tag), tuple(key),
-                       *parse_window(since, until))
+                       *parse_window(since, until), tuple(body_contains), body_regex)
+    read_body = decoder.needs_body or flt.needs_body
     max_record_size = record_size_limit(max_message_size)
     columns = list(FIELDS) + (["resolved"] if do_resolve else [])
     writer = RecordWriter(fmt, columns, table_columns(decoder, do_resolve))
@@ -162,7 +163,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
             raise click.UsageError("--no-crc cannot be combined with --follow (the body CRC is what tells a "
                                    "half-written record from a complete one)")
         return _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout,
-                       decoder, max_record_size, limit, writer, emit, quiet)
+                       decoder, read_body, max_record_size, limit, writer, emit, quiet)
     if from_end or until_idle is not None:
         raise click.UsageError("--from-end and --until-idle need --follow")
 
@@ -192,7 +193,7 @@ def scan(path, topic, queue_id, tag, key, since, until, from_offset, to_offset, 
                          f"{rec.reason.kind}: {rec.reason.detail}", "yellow")
 
             try:
-                res = scan_pure(cl, rng, emit, check_crc=check_crc, read_body=decoder.needs_body,
+                res = scan_pure(cl, rng, emit, check_crc=check_crc, read_body=read_body,
                                 keep_going=keep_going, use_mmap=use_mmap, max_record_size=max_record_size,
                                 limit=limit, on_skipped=on_skipped, progress=update)
             finally:
@@ -254,12 +255,12 @@ def _fast_renderer(decoder: BodyDecoder, decompress: bool, quiet: bool):
 
 
 def _follow(path, from_offset, to_offset, from_end, until_idle, poll_interval, partial_timeout, decoder,
-            max_record_size, limit, writer, emit, quiet) -> int:
+            read_body, max_record_size, limit, writer, emit, quiet) -> int:
     from rmqdump.analysis.follow import Follower, FollowNotice
 
     follower = Follower(path, start=from_offset, from_end=from_end and from_offset is None, end=to_offset,
                         poll_interval=poll_interval, idle_timeout=until_idle, partial_timeout=partial_timeout,
-                        read_body=decoder.needs_body, max_record_size=max_record_size)
+                        read_body=read_body, max_record_size=max_record_size)
     announced = False
     interrupted = False
     damage = None

@@ -109,7 +109,7 @@ def spark() -> None:
 @spark_options
 @access_options
 def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, queue_id, tag, key, since, until,
-               crc, keep_going, as_json, quiet, master, conf, no_mmap, max_message_size):
+               body_contains, body_regex, crc, keep_going, as_json, quiet, master, conf, no_mmap, max_message_size):
     """Export the records of every STORE to Parquet (or JSONL) files under --out, one task per segment.
 
     Same columns and directory naming as `rmqdump export`; a _SUCCESS file marks a complete
@@ -122,8 +122,8 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     cols = parse_partition_by(partition_by)
     out = local_path(out, "export directory")  # s3a://, hdfs://: refused (one line, exit 2)
     check_output(out, partitioned=True, stores=stores)  # before paying for a session
-    opts = read_options(body, decompress, make_filter(topic, queue_id, tag, key, since, until), crc, keep_going,
-                        no_mmap, max_message_size)
+    flt = make_filter(topic, queue_id, tag, key, since, until, body_contains, body_regex)
+    opts = read_options(body, decompress, flt, crc, keep_going, no_mmap, max_message_size)
     t0 = time.perf_counter()
     session = _session(master, conf, quiet)
     t1 = time.perf_counter()

@@ -1,13 +1,32 @@
 """Record filters shared by scan, export and the Spark source: one :class:`RecordFilter`, its forms side
 by side - :meth:`~RecordFilter.match` (one decoded record, the reference), :meth:`~RecordFilter.batch_mask`
 (numpy, a compiled walk's :class:`~rmqdump.fast.walk.RecordBatch`) and :meth:`~RecordFilter.arrow_mask`
-(pyarrow, an Arrow record batch). A new criterion goes into all three."""
+(pyarrow, an Arrow record batch). A new criterion goes into all three.
+
+The body criteria (``body_contains``, ``body_regex``) match the body as the producer sent it: decompressed
+per the record's sysflag (a body that does not decompress is matched as stored). They need the records'
+bodies: :meth:`~RecordFilter.match` wants messages read with their body, :meth:`~RecordFilter.batch_mask`
+reads them from the walk's segment bytes, and an Arrow batch has none to match (``needs_body`` tells
+callers to take the record path)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
-from rmqdump.codec.record import Message
+from rmqdump.codec.layout import COMPRESSED_FLAG, COMPRESSION_NAMES, COMPRESSION_TYPE_COMPARATOR
+from rmqdump.codec.record import Message, decompress
+from rmqdump.errors import FormatError, RmqdumpError
+
+
+def _plain_body(body: bytes, sys_flag: int) -> bytes:
+    """``body`` decompressed per ``sys_flag`` (as stored when it is not compressed or does not decompress)."""
+    if not sys_flag & COMPRESSED_FLAG or not body:
+        return body
+    try:
+        return decompress(body, COMPRESSION_NAMES.get((sys_flag & COMPRESSION_TYPE_COMPARATOR) >> 8, "unknown"))
+    except RmqdumpError:
+        return body
 
 
 @dataclass
@@ -20,15 +39,37 @@ class RecordFilter:
     keys: tuple[str, ...] = ()
     since: int | None = None
     until: int | None = None
+    body_contains: tuple[str, ...] = ()  # any of these texts (UTF-8) in the body
+    body_regex: str | None = None  # Python regex searched in the body (UTF-8, undecodable bytes kept as escapes)
     topic_bytes: frozenset = field(default=frozenset(), init=False, repr=False)  # topics as stored (UTF-8)
+    _texts: tuple = field(default=(), init=False, repr=False)
+    _regex: re.Pattern | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         self.topic_bytes = frozenset(t.encode("utf-8") for t in self.topics)
+        self._texts = tuple(t.encode("utf-8") for t in self.body_contains)
+        if self.body_regex is not None:
+            try:
+                self._regex = re.compile(self.body_regex)
+            except (re.error, RecursionError, OverflowError) as e:
+                raise FormatError(f"bad body regex {self.body_regex!r}: {e}") from None
 
     @property
     def empty(self) -> bool:
         return not (self.topics or self.tags or self.keys) and self.queue_id is None and \
-            self.since is None and self.until is None
+            self.since is None and self.until is None and not self.needs_body
+
+    @property
+    def needs_body(self) -> bool:
+        """Whether a body criterion is given (the records must be read with their bodies)."""
+        return bool(self.body_contains) or self.body_regex is not None
+
+    def body_match(self, body: bytes, sys_flag: int) -> bool:
+        """The body criteria on one stored body (decompressed per ``sys_flag`` first)."""
+        plain = _plain_body(body, sys_flag)
+        if self._texts and not any(t in plain for t in self._texts):
+            return False
+        return self._regex is None or self._regex.search(plain.decode("utf-8", "surrogateescape")) is not None
 
     def match(self, m: Message) -> bool:
         if self.topic_bytes and m.topic_raw not in self.topic_bytes:
@@ -47,11 +88,16 @@ class RecordFilter:
                 have.add(m.uniq_key)
             if not have.intersection(self.keys):
                 return False
+        if self.needs_body:
+            if m.body is None:
+                raise ValueError("body criteria need messages read with their body")
+            return self.body_match(m.body, m.sys_flag)
         return True
 
     def batch_mask(self, rb):
         """:meth:`match` of every row of a compiled walk's batch, vectorised (numpy): topic, queue and time
-        criteria (scan takes the compiled path only without tags and keys)."""
+        criteria and the body criteria (bodies from the segment bytes the batch views, for the rows the other
+        criteria keep); scan takes the compiled path only without tags and keys."""
         import numpy as np
 
         keep = np.ones(rb.n, dtype=bool)
@@ -72,14 +118,21 @@ class RecordFilter:
                     rows = rows[(got == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)]
                 hit[rows] = True
             keep &= hit
+        if self.needs_body:
+            sys_flags = rb["sys_flag"]
+            for i in np.flatnonzero(keep).tolist():
+                keep[i] = self.body_match(rb.body(i), int(sys_flags[i]))
         return keep
 
     def arrow_mask(self, batch):
-        """:meth:`match` of every row of an Arrow record batch, vectorised (topics compared as raw bytes)."""
+        """:meth:`match` of every row of an Arrow record batch, vectorised (topics compared as raw bytes).
+        Not for body criteria (:attr:`needs_body`): a batch holds no body, or one already rendered."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if self.needs_body:
+            raise ValueError("body criteria cannot be applied to Arrow batches: filter the records (match)")
         keep = np.ones(batch.num_rows, dtype=bool)
         if self.topics:
             raw = pc.cast(batch.column("topic"), pa.binary())

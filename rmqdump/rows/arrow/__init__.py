@@ -81,15 +81,17 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
         raise ValueError(f"crc must be one of {CRC_MODES}, not {crc!r}")
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
-    if fast is not False and not keep_going and crc != "flag" and use_mmap and _fast_usable(split.size, fast):
+    needs_body = flt is not None and flt.needs_body  # body criteria: matched record by record, bodies read
+    if fast is not False and not keep_going and crc != "flag" and use_mmap and not needs_body \
+            and _fast_usable(split.size, fast):
         yield from _fast_read_split(split, batch_size=batch_size, include_body=include_body, decompress=decompress,
                                     flt=flt, crc=crc, max_record_size=max_record_size,
                                     delay_levels_ms=delay_levels_ms, on_segment=on_segment)
         return
     seg = split.segment()
     cl = CommitLog([seg], seg.size, seg.path.parent, [])
-    walk = cl.walk(start=seg.start, end=seg.end, check_crc=crc == "check", read_body=include_body or crc == "flag",
-                   keep_going=keep_going, use_mmap=use_mmap, max_record_size=max_record_size)
+    walk = cl.walk(start=seg.start, end=seg.end, check_crc=crc == "check",
+                   read_body=include_body or crc == "flag" or needs_body, keep_going=keep_going, use_mmap=use_mmap, max_record_size=max_record_size)
     match = None if flt is None or flt.empty else flt.match
     cols = _Columns(split.broker, split.store, split.path, delay_levels_ms)
     rows = skipped = 0
