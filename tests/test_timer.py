@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from oracle_fixtures import copy_store, fixture_dir, fixture_manifest
 
 from rmqdump.cli import cli
+from rmqdump.cli.output import utc_ms
 from rmqdump.errors import RmqdumpError
 from rmqdump.store.timer import TimerLog, read_timer_checkpoint, read_wheel
 
@@ -204,3 +205,25 @@ def test_readers_raise_rmqdump_errors(tmp_path):
     assert cp.last_read_time_ms == 1 << 40 and cp.last_timer_log_flush_pos == 0 and cp.file_size == 3
     code, out = run("timer", str(fixture_dir("533-plain") / "store"))
     assert code == 2 and "no timer store" in out and "Traceback" not in out
+
+
+def test_timer_topic_records_not_yet_in_the_timerlog(store):
+    """The checkpoint's lastTimerQueueOffset behind the timer topic's queue: those records are not units yet."""
+    _, doc = timer_json(store)
+    assert (doc["summary"]["timer_queue_max_offset"], doc["summary"]["not_enqueued"]) == (6, 0)
+    patch(store / "config" / "timercheck", 16, struct.pack(">q", 4))
+    _, doc = timer_json(store)
+    assert doc["summary"]["not_enqueued"] == 2
+
+
+def test_lookup_shows_a_timer_messages_state(store):
+    recs = manifest_timer_messages()
+    hour_b = next(o for o, m in recs.items() if m["keys"] == "hour-b")
+    res = CliRunner().invoke(cli, ["lookup", str(store), "--offset", str(hour_b), "-f", "jsonl"])
+    assert res.exit_code == 0
+    due = utc_ms(int(recs[hour_b]["properties"]["TIMER_OUT_MS"]))
+    assert f"timer: the record at {hour_b} is pending (timer), due {due}" in res.stderr
+    assert f"{TL}@104" in res.stderr
+    soon = next(o for o, m in recs.items() if m["keys"] == "soon")
+    res = CliRunner().invoke(cli, ["lookup", str(store), "--offset", str(soon), "-f", "jsonl"])
+    assert f"timer: the record at {soon} is delivered" in res.stderr

@@ -128,6 +128,15 @@ class TimerState:
     chain_issues: list[ChainIssue] = field(default_factory=list)
     problems: list[tuple[str, str, int | None, str]] = field(default_factory=list)  # (kind, file, offset, detail)
     commitlog_end: int | None = None
+    timer_queue_max: int | None = None  # max offset of consumequeue/rmq_sys_wheel_timer/0 after recovery
+
+    @property
+    def not_enqueued(self) -> int | None:
+        """Timer-topic records past the checkpoint's ``lastTimerQueueOffset``: not in the timerlog yet (the
+        timer enqueues them when the broker starts)."""
+        if self.timer_queue_max is None or self.checkpoint is None:
+            return None
+        return max(0, self.timer_queue_max - self.checkpoint.last_timer_queue_offset)
 
     @property
     def pending(self) -> list[TimerEntry]:
@@ -158,6 +167,7 @@ class TimerState:
             "checkpoint": cp.to_dict() if cp else None,
             "metrics": dict(self.metrics.counts) if self.metrics else None,
             "commitlog_end": self.commitlog_end,
+            "timer_queue_max_offset": self.timer_queue_max, "not_enqueued": self.not_enqueued,
         }
 
 
@@ -168,6 +178,16 @@ def has_timer_store(root: str | os.PathLike | None) -> bool:
     r = Path(root)
     return any(p.exists() for p in (r / STORE_TIMERLOG_DIR, r / STORE_TIMERWHEEL_FILE,
                                     r / STORE_CONFIG_DIR / TIMER_CHECK_FILE))
+
+
+def timer_queue_max(root: str | os.PathLike) -> int | None:
+    """``getMaxOffsetInQueue`` of the timer topic's queue 0 (None: no such queue or unreadable)."""
+    from rmqdump.store.consumequeue import ConsumeQueue
+
+    try:
+        return ConsumeQueue.open(root, TIMER_TOPIC, 0, strict=False).max_offset
+    except RmqdumpError:
+        return None
 
 
 def _infer_precision(wheel: TimerWheelFile | None, units: dict[int, TimerUnit]) -> int | None:
@@ -274,7 +294,8 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
     read_time = max(read_time, window)
 
     st = TimerState(r, precision, source, now_ms, cp, metrics, wheel, log, file_size, log_end, begin,
-                    read_time, stops=stops, slots=slots, problems=problems, commitlog_end=commitlog_end)
+                    read_time, stops=stops, slots=slots, problems=problems, commitlog_end=commitlog_end,
+                    timer_queue_max=timer_queue_max(r))
 
     # the chains the dequeue walks, from every slot due at or after the read time
     reached: set[int] = set()
@@ -362,4 +383,4 @@ def _judge_record(e: TimerEntry, decode, commitlog_end: int | None) -> None:
 
 
 __all__ = ["DELIVERED", "DROPPED", "EXPIRED", "ORPHANED", "PENDING", "REC_BAD", "REC_BEYOND", "REC_OK", "STATES",
-           "ChainIssue", "TimerEntry", "TimerState", "has_timer_store", "read_timer_state"]
+           "ChainIssue", "TimerEntry", "TimerState", "has_timer_store", "read_timer_state", "timer_queue_max"]

@@ -86,6 +86,10 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, since, until, limit
         res = lib.lookup_offset(st, phys, use_mmap=use_mmap, geometry=geo)
     _print_records(res, fmt, decoder, decompress, geo)
     _report(res, keyed, limit, show_collisions, quiet)
+    if not quiet and st.root is not None:
+        from rmqdump.cli.timer import report_timer_state
+
+        report_timer_state(st, res.hits)
     if not res.hits:
         raise SystemExit(1)
 

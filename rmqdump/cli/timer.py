@@ -52,6 +52,10 @@ def _render(console, doc: dict) -> None:
          ", ".join(f"{t}: {c}" for t, c in sorted(s["metrics"].items())) or "empty"),
         ("commitlog end", "unknown" if s["commitlog_end"] is None else f"{s['commitlog_end']} (after recovery)"),
         ("units", ", ".join(f"{n} {k}" for k, n in s["states"].items() if n) or "none"),
+        ("timer queue", "no consumequeue/rmq_sys_wheel_timer/0" if s["timer_queue_max_offset"] is None else
+         f"max offset {s['timer_queue_max_offset']}" + ("" if s["not_enqueued"] is None else
+                                                        f"; {s['not_enqueued']} record(s) not in the timerlog yet "
+                                                        "(enqueued when the broker starts)")),
     ]
     print_table(console, [Column("what", "", "fixed", 0, style="dim"), Column("value", "", "wrap", 0, None, 30)],
                 lines, show_header=False)
@@ -121,3 +125,24 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
     emit_document(doc, fmt, _render)
     if any(f.severity in (ERROR, WARNING) for f in findings):
         raise SystemExit(1)
+
+
+def report_timer_state(st: Store, hits, now_ms: int | None = None) -> None:
+    """For ``lookup``: on stderr, the timer state of each found record of the timer topic (its timerlog unit)."""
+    from rmqdump.analysis.timer import has_timer_store, read_timer_state
+    from rmqdump.codec.layout import TIMER_TOPIC
+
+    timer_hits = [h for h in hits if getattr(h, "topic", None) == TIMER_TOPIC]
+    if not timer_hits or not has_timer_store(st.root):
+        return
+    ts = read_timer_state(st.root, now_ms=now_ms if now_ms is not None else int(time.time() * 1000))
+    by_offset = {e.unit.offset_py: e for e in ts.entries}
+    for h in timer_hits:
+        e = by_offset.get(h.offset)
+        if e is None:
+            behind = ts.not_enqueued
+            diag(f"timer: the record at {h.offset} has no timerlog unit"
+                 + (f" ({behind} timer-topic record(s) are not enqueued yet)" if behind else ""))
+        else:
+            diag(f"timer: the record at {h.offset} is {e.state} ({e.kind}), due {utc_ms(e.bucket_ms)}, wheel slot "
+                 f"{e.slot}, timerlog/{e.file}@{e.unit.pos} (rmqdump timer for the whole store)")
