@@ -135,9 +135,9 @@ RECORD_RUNS = [
      {"KIND": "kind", "STATE": "state", "OFFSET": "offset", "Q": "queue_id", "QOFF": "queue_offset",
       "LVL": "level", "TOPIC": "topic"}),
     ("consumers", ["consumers", STORE],
-     ["GROUP", "TOPIC", "Q", "COMMITTED", "MIN", "MAX", "LAG", "NOTE"],
+     ["GROUP", "TOPIC", "Q", "COMMITTED", "MIN", "MAX", "LAG", "DELETED", "AT RISK", "NOTE"],
      {"GROUP": "group", "TOPIC": "topic", "Q": "queue_id", "COMMITTED": "committed", "MIN": "min_offset",
-      "MAX": "max_offset", "LAG": "lag"}),
+      "MAX": "max_offset", "LAG": "lag", "DELETED": "deleted", "AT RISK": "at_risk"}),
 ]
 
 

@@ -24,7 +24,8 @@ from rmqdump.store.root import Store
 LAG_COLUMNS = [
     Column("group", "GROUP", "text", 0, 32, 12), Column("topic", "TOPIC", "text", 0, 32, 12),
     Column("queue_id", "Q", "num", 0), Column("committed", "COMMITTED", "num", 1), Column("min_offset", "MIN", "num", 2),
-    Column("max_offset", "MAX", "num", 1), Column("lag", "LAG", "num", 0), Column("note", "NOTE", "wrap", 0, None, 30),
+    Column("max_offset", "MAX", "num", 1), Column("lag", "LAG", "num", 0), Column("deleted", "DELETED", "num", 3),
+    Column("at_risk", "AT RISK", "num", 4), Column("note", "NOTE", "wrap", 0, None, 30),
 ]
 MSG_COLUMNS = [
     Column("group", "GROUP", "text", 2, 24, 10), Column("topic", "TOPIC", "text", 1, 32, 12),
@@ -56,13 +57,18 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
     and max offset and the lag (max - committed). With --unconsumed, the messages never
     consumed (the question after a disk is pulled from a dead broker), e.g. as JSONL with
     -f jsonl. Offsets are persisted every few seconds, so after a crash this is an upper bound.
+    DELETED counts the messages deleted before the group consumed them (committed below the
+    queue's min offset: forced deletion on a full disk, or expiry); -f json adds their queue and
+    commitlog offsets and bounds of their store times. AT RISK counts the unconsumed messages in
+    the oldest commitlog segment, the next one deletion removes.
     Exit 1 if a CQ entry in the unconsumed range points at a bad record."""
     fmt = default_format(fmt, report=not unconsumed)  # the lag table is a report, --unconsumed records
     st = Store.open(store)
     if st.root is None:
         raise StoreError("consumers needs a store root (with config/ and consumequeue/), not commitlog files",
                          store)
-    report = consumer_lag(st.root, tuple(groups), tuple(topics), st.commitlog.min_offset)
+    report = consumer_lag(st.root, tuple(groups), tuple(topics), st.commitlog.min_offset,
+                          commitlog=None if unconsumed else st.commitlog)
     if report.offsets_file is None:
         raise StoreError("no config/consumerOffset.json (nor .bak): no consumer offsets to compare",
                          st.root / "config" / "consumerOffset.json")
@@ -82,6 +88,8 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
             lags = report.total_lag()
             diag(f"{len(report.rows)} queues of {len(lags)} groups from {report.offsets_file}; total lag: "
                  + (", ".join(f"{g} {n}" for g, n in sorted(lags.items())) or "none"))
+            for line in _deletion_summary(report, st.commitlog):
+                diag(line, "yellow")
         return 0
     decoder = resolve_body_decoder(body_mode, fmt)
     columns = ["group", *FIELDS] + (["resolved"] if do_resolve else [])
@@ -114,3 +122,32 @@ def consumers(store, groups, topics, unconsumed, do_resolve, crc, fmt, quiet, bo
     if problems:
         raise SystemExit(1)
     return 0
+
+
+def _deletion_summary(report, commitlog) -> list[str]:
+    """Per group: what was deleted before consumption (with its time bounds) and what is at risk next."""
+    out = []
+    groups = sorted({r.group for r in report.rows})
+    oldest = commitlog.segments[0].name if commitlog.segments else None
+    for g in groups:
+        rows = [r for r in report.rows if r.group == g]
+        dels = [r.deleted for r in rows if r.deleted is not None]
+        if dels:
+            n = sum(d.count for d in dels)
+            after = {d.stored_not_after for d in dels} - {None}
+            before = [d.stored_not_before for d in dels]
+            when = f"stored no later than {utc_ms(max(after))} (the oldest remaining record: a bound)" if after \
+                else "store times unknown"
+            if all(b is not None for b in before):
+                when += f" and no earlier than {utc_ms(min(before))} (an index file's begin: a bound)"
+            out.append(f"{g}: {n} messages deleted before consumption in {len(dels)} queues ("
+                       + ", ".join(f"{r.topic}/{r.queue_id} [{r.deleted.queue_offsets[0]}, "
+                                   f"{r.deleted.queue_offsets[1]})" for r in rows if r.deleted is not None)
+                       + f"); {when}")
+        risk = sum(r.at_risk or 0 for r in rows)
+        if risk:
+            size = sum(r.at_risk_bytes or 0 for r in rows)
+            lag = sum(max(r.lag or 0, 0) for r in rows)
+            out.append(f"{g}: {risk} of its {lag} unconsumed messages ({size} bytes) are in the oldest commitlog "
+                       f"segment {oldest}, the next one forced deletion or expiry removes")
+    return out
