@@ -56,7 +56,7 @@ def fast_jsonl_applies(cl: CommitLog, rng: ScanRange, *, fmt: str, keep_going: b
     if not segs:
         return False
     stop = segs[-1].end if rng.end is None else min(rng.end, segs[-1].end)
-    return use_fast(max(0, stop - rng.start))
+    return use_fast(max(0, stop - rng.start), segments=segs)
 
 
 def scan_pure(cl: CommitLog, rng: ScanRange, emit: Callable[[Message], bool], *, check_crc: bool, read_body: bool,
@@ -177,7 +177,7 @@ def _record_around(cl: CommitLog, seg, n: int, use_mmap: bool, max_record_size: 
 
     kw = {} if max_record_size is None else {"max_record_size": max_record_size}
     prev = None
-    if use_mmap and use_fast(n - seg.start):
+    if use_mmap and use_fast(n - seg.start, segments=(seg,)):
         import numpy as np
 
         from rmqdump.fast.walk import FastWalk, RecordBatch

@@ -270,9 +270,16 @@ def fast_available() -> bool:
     return importlib.util.find_spec("numba") is not None and importlib.util.find_spec("numpy") is not None
 
 
-def use_fast(nbytes: int, threshold: int | None = None) -> bool:
+def use_fast(nbytes: int, threshold: int | None = None, *, segments=()) -> bool:
     """Whether a job walking ``nbytes`` should take the compiled path (``RMQDUMP_FAST=1`` forces
-    it, ``=0`` forbids it; otherwise jobs of at least ``threshold`` bytes use it when available)."""
+    it, ``=0`` forbids it; otherwise jobs of at least ``threshold`` bytes use it when available).
+    ``segments``: the files the job walks; a DLedger data file (entries wrapping records) is walked by the
+    pure path only, whatever the flag says (the compiled walk knows no entry headers)."""
+    if segments:
+        from rmqdump.store.dledger.files import is_dledger_segment
+
+        if any(is_dledger_segment(s) for s in segments):
+            return False
     flag = os.environ.get("RMQDUMP_FAST", "")
     if flag == "0":
         return False

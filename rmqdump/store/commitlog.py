@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqdump.codec.dledger import DLEDGER_BODY_OFFSET
 from rmqdump.codec.layout import (
     INT32,
     INT64,
@@ -19,10 +20,20 @@ from rmqdump.codec.layout import (
     STORE_COMMITLOG_DIR,
     SYSFLAG_POSITION,
 )
-from rmqdump.codec.record import BODY_CRC, END_OF_DATA, Blank, Invalid, Message, decode_record, record_extent
+from rmqdump.codec.record import (
+    BODY_CRC,
+    END_OF_DATA,
+    LENGTH_MISMATCH,
+    Blank,
+    Invalid,
+    Message,
+    decode_record,
+    record_extent,
+)
 from rmqdump.disk.segment import MmapReader, Segment, SegmentReader, name_out_of_range, parse_file_name
 from rmqdump.errors import StoreError
 from rmqdump.findings import ERROR, WARNING, Finding
+from rmqdump.store.dledger.files import DLEDGER_ENTRY, is_dledger_segment, read_entry, resync_entry
 
 _MAGICS = (MESSAGE_MAGIC_CODE.to_bytes(4, "big"), MESSAGE_MAGIC_CODE_V2.to_bytes(4, "big"))
 _RESYNC_CHUNK = 1 << 20
@@ -193,8 +204,9 @@ class Walk:
         for seg in segs:
             pos = max(0, self.start - seg.start)
             reader = seg.open(self.use_mmap)
+            walk_one = self._walk_entries if is_dledger_segment(seg) else self._walk_segment
             try:
-                done = yield from self._walk_segment(seg, reader, pos)
+                done = yield from walk_one(seg, reader, pos)
             finally:
                 reader.close()
             self.bytes_done += seg.size
@@ -244,6 +256,65 @@ class Walk:
             self._pending = None
             yield Skipped(seg.start + pos, seg.start + nxt, seg.name, rec)
             pos = nxt
+
+    def _walk_entries(self, seg: Segment, r: SegmentReader, pos: int):
+        """Walk one DLedger data file entry by entry (store/dledger): each entry's record is decoded at the
+        entry + 48, inside the entry's body. A damaged record in a sound entry is a :class:`Skipped` range
+        and the walk goes on (RocketMQ's reput does); a header DLedger's recovery refuses ends the walk (or,
+        with ``keep_going``, is stepped over to the next sound header). Return True when the walk is over."""
+        if pos and isinstance(read_entry(r, pos), Invalid) and pos >= DLEDGER_BODY_OFFSET \
+                and not isinstance(read_entry(r, pos - DLEDGER_BODY_OFFSET), Invalid):
+            pos -= DLEDGER_BODY_OFFSET  # --from-offset names a record: start at its entry
+        last: tuple[int, int] | None = None  # (index, term) of the previous entry of this file
+        next_release = pos + _RELEASE_EVERY
+        while True:
+            if pos >= next_release:
+                r.release(pos - (1 << 20))
+                next_release = pos + _RELEASE_EVERY
+            if self.end is not None and seg.start + pos >= self.end:
+                self.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, f"reached --to-offset {self.end}")
+                return True
+            if pos >= r.size:
+                return False
+            ent = read_entry(r, pos)
+            if isinstance(ent, Blank):
+                self.end_offset = seg.start + seg.size
+                yield ent
+                return False
+            if not isinstance(ent, Invalid) and last is not None and (ent.index != last[0] + 1 or ent.term < last[1]):
+                ent = Invalid(seg.start + pos, seg.name, pos, DLEDGER_ENTRY,
+                              f"entry index {ent.index} term {ent.term} after index {last[0]} term {last[1]} "
+                              "(DLedger's recovery needs index + 1 and a term that does not go back)")
+            if isinstance(ent, Invalid):
+                if not self.keep_going:
+                    self.stop = ent
+                    return True
+                nxt = resync_entry(r, pos + 1)
+                if nxt is None:
+                    if self._pending is None:
+                        self._pending, self._pending_end = ent, seg.end
+                    return False
+                self._pending = None
+                last = None
+                yield Skipped(seg.start + pos, seg.start + nxt, seg.name, ent)
+                pos = nxt
+                continue
+            last = (ent.index, ent.term)
+            rec = read_record(r, pos + DLEDGER_BODY_OFFSET, check_crc=self.check_crc, read_body=self.read_body,
+                              max_record_size=self.max_record_size, limit=ent.body_length)
+            if isinstance(rec, Message) and rec.size == ent.body_length:
+                self.records += 1
+                self.end_offset = seg.start + pos + ent.size
+                pos += ent.size
+                yield rec
+                continue
+            if not isinstance(rec, Invalid):
+                rec = Invalid(seg.start + pos + DLEDGER_BODY_OFFSET, seg.name, pos + DLEDGER_BODY_OFFSET,
+                              LENGTH_MISMATCH, f"the entry body ({ent.body_length} bytes) holds "
+                              + (f"a record of TOTALSIZE {rec.size}" if isinstance(rec, Message) else "a BLANK"))
+            self.end_offset = seg.start + pos + ent.size
+            yield Skipped(rec.offset, seg.start + pos + ent.size, seg.name, rec)
+            pos += ent.size
 
     def _resync(self, seg: Segment, r: SegmentReader, lo: int) -> int | None:
         """First segment position >= ``lo`` holding a trusted record, or None.
@@ -326,16 +397,17 @@ class Walk:
 
 
 def read_record(r: SegmentReader, pos: int, *, check_crc: bool = True, read_body: bool = True,
-                max_record_size: int = MAX_RECORD_SIZE) -> Message | Blank | Invalid:
-    """Decode the record at segment position ``pos`` through a reader (two small views)."""
+                max_record_size: int = MAX_RECORD_SIZE, limit: int | None = None) -> Message | Blank | Invalid:
+    """Decode the record at segment position ``pos`` through a reader (two small views); ``limit``: the record
+    must end within that many bytes (a DLedger entry's body), else up to the end of the file."""
     seg = r.segment
-    to_end = r.size - pos
+    to_end = r.size - pos if limit is None else min(limit, r.size - pos)
     if type(r) is MmapReader:  # the whole file is mapped: no windowing needed
-        return decode_record(r.mm, pos, to_end, pos, seg.start, seg.name, to_end=to_end, check_crc=check_crc,
-                             read_body=read_body, max_record_size=max_record_size)
+        return decode_record(r.mm, pos, max(to_end, 0), pos, seg.start, seg.name, to_end=to_end,
+                             check_crc=check_crc, read_body=read_body, max_record_size=max_record_size)
     buf, i, avail = r.view(pos, min(8, max(to_end, 0)))
     need = record_extent(buf, i, avail, to_end, max_record_size)
     if need > avail:
         buf, i, avail = r.view(pos, need)
-    return decode_record(buf, i, avail, pos, seg.start, seg.name, to_end=r.size - pos, check_crc=check_crc,
-                         read_body=read_body, max_record_size=max_record_size)
+    return decode_record(buf, i, min(avail, max(to_end, 0)), pos, seg.start, seg.name, to_end=to_end,
+                         check_crc=check_crc, read_body=read_body, max_record_size=max_record_size)

@@ -17,8 +17,9 @@ from rmqdump.codec.layout import (
     STORE_LOCK_FILE,
 )
 from rmqdump.disk.segment import parse_file_name
-from rmqdump.errors import StoreError
+from rmqdump.errors import StoreError, UnsupportedError
 from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.dledger.files import find_dledger, has_data_files
 
 _PARTS = {
     "consumequeue": STORE_CONSUMEQUEUE_DIR,
@@ -47,6 +48,11 @@ class Store:
         if not p.exists():
             raise StoreError("no such file or directory", p)
         root: Path | None
+        if p.is_dir() and p.name == "data" and p.parent.name.startswith("dledger-"):
+            p = p.parent.parent  # a DLedger data folder: its store root
+        dl = find_dledger(p) if p.is_dir() else None
+        if dl is not None and has_data_files(dl.data_dir):
+            return cls._open_dledger(p, dl)
         if p.is_dir() and (p / STORE_COMMITLOG_DIR).is_dir():
             root = p
         elif p.is_dir() and p.name == STORE_COMMITLOG_DIR:
@@ -58,15 +64,36 @@ class Store:
         else:
             root = None
         cl = CommitLog.open(p if root is None else root / STORE_COMMITLOG_DIR)
-        store = cls(cl, root)
-        if root is not None:
+        return cls(cl, root)._find_parts()
+
+    @classmethod
+    def _open_dledger(cls, root: Path, dl) -> Store:
+        """A DLedger store (``enableDLegerCommitLog``): its commitlog is ``dledger-<id>/data``."""
+        from rmqdump.store.dledger.log import DLedgerCommitLog
+
+        old = root / STORE_COMMITLOG_DIR
+        if old.is_dir() and has_data_files(old):
+            raise UnsupportedError(f"mixed store: {STORE_COMMITLOG_DIR}/ and {dl.path.name}/data/ both hold files "
+                                   "(a broker switched to DLedger keeps reading the old commitlog up to "
+                                   "dividedCommitlogOffset); rmqdump does not read mixed stores yet: give "
+                                   f"{old} or {dl.data_dir} alone", root)
+        return cls(DLedgerCommitLog.open_member(dl), root)._find_parts()
+
+    def _find_parts(self) -> Store:
+        if self.root is not None:
             for name, rel in _PARTS.items():
-                q = root / rel
+                q = self.root / rel
                 if q.exists():
-                    store.parts[name] = q
+                    self.parts[name] = q
                 elif name not in ("abort", "batchconsumequeue"):
-                    store.missing.append(rel)
-        return store
+                    self.missing.append(rel)
+        return self
+
+    @property
+    def dledger(self):
+        """The store's ``dledger-<id>/`` (:class:`~rmqdump.store.dledger.files.DLedgerDir`), None for a plain
+        commitlog."""
+        return getattr(self.commitlog, "dledger", None)
 
     def path(self, part: str) -> Path | None:
         """Path of a store part (``consumequeue``, ``index``, ``checkpoint``, ...) if present."""

@@ -83,12 +83,21 @@ Checkpoint, config, abort, lock:
   ``timer_unreadable`` (error); ``timer_unit_orphaned``, ``timer_slot_dangling``, ``timer_chain_loop``,
   ``timer_chain_crosses_slot``, ``timer_log_damaged``, ``timer_checkpoint_ahead`` (warning);
   ``timer_metrics_mismatch`` (info)
+DLedger commitlog (``dledger-<id>/``; records are walked inside their entries, a damaged record in a sound entry
+does not end the walk):
+  ``dledger_entry`` (error)  an entry header DLedger's recovery stops at (magic, size, pos, index, term)
+  ``dledger_index_mismatch``, ``dledger_index_file`` (error)  an index unit that disagrees with its entry (DLedger
+                              rewrites the index from there); an index file of another size (DLedger's load fails)
+  ``dledger_checkpoint``, ``dledger_currterm``, ``dledger_text_file`` (warning; ``dledger_currterm`` info when the
+                              file is absent)  its checkpoint/currterm missing, unreadable or behind the entries
+  ``dledger_uncommitted`` (info)  entries after committedIndex: RocketMQ reads none of their records yet
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail
   ``recovery_misplaces_cq_entries`` (warning)  recovery's re-dispatch would write entries at other queue
   offsets than their records' (5.3.3 normal recovery after lost consume-queue files)
   ``recovery_unpredictable`` (warning)  the prediction could not be made
+  A DLedger store's prediction has mode ``dledger`` (:mod:`rmqdump.broker.recovery.dledger`).
 
 The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
   ``findings``   list of ``{severity, kind, file, offset, detail}``, errors first

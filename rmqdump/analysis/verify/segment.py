@@ -32,7 +32,7 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                   file_label=file_label, on_message=on_message, progress=progress, list_limit=list_limit,
                   max_findings_per_kind=max_findings_per_kind, zero_start=zero_start)
     if fast is None:
-        fast = use_mmap and use_fast(segment.size)
+        fast = use_mmap and use_fast(segment.size, segments=(segment,))
     if fast:
         res = verify_segment_fast(segment, on_batch=on_batch, **kwargs)
         if res is not None:

@@ -134,6 +134,12 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     reason = "abort file present: the previous run did not shut down cleanly" if abnormal else \
         "no abort file: the previous run shut down cleanly"
     pred = RecoveryPrediction(version, mode, reason, previous_end=previous_end)
+    if store.dledger is not None:  # DLedger's recovery, not the commitlog walk (walker: not for entries)
+        from rmqdump.broker.recovery.dledger import predict_dledger_recovery
+
+        return predict_dledger_recovery(store, pred, use_mmap=use_mmap, list_limit=list_limit,
+                                        queue_states=queue_states, cq_problems=cq_problems,
+                                        list_dropped=list_dropped)
     pred.load_errors = load_problems(store, version, zero_last_ok)
     if queue_states is None:
         queue_states, cq_problems = consume_queue_states(store)

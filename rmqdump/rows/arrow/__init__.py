@@ -48,6 +48,7 @@ from rmqdump.rows.arrow.tables import (
 from rmqdump.rows.filters import RecordFilter
 from rmqdump.rows.schema import BodyErrors, output_body
 from rmqdump.store.commitlog import CommitLog, Skipped
+from rmqdump.store.dledger.files import is_dledger_segment
 from rmqdump.store.root import Store
 
 __all__ = ["CRC_MODES", "COLUMNS", "CQ_SCHEMA", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_BATCH_BYTES", "INDEX_SCHEMA",
@@ -83,7 +84,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
         raise ValueError("batch_size must be positive")
     needs_body = flt is not None and flt.needs_body  # body criteria: matched record by record, bodies read
     if fast is not False and not keep_going and crc != "flag" and use_mmap and not needs_body \
-            and _fast_usable(split.size, fast):
+            and _fast_usable(split, fast):
         yield from _fast_read_split(split, batch_size=batch_size, include_body=include_body, decompress=decompress,
                                     flt=flt, crc=crc, max_record_size=max_record_size,
                                     delay_levels_ms=delay_levels_ms, on_segment=on_segment)
@@ -152,14 +153,14 @@ def record_batches(source: str | os.PathLike | Store | CommitLog | Segment | Seg
         yield from read_split(split, batch_size=batch_size, include_body=include_body, **options)
 
 
-def _fast_usable(nbytes: int, fast: bool | None) -> bool:
+def _fast_usable(split: SegmentSplit, fast: bool | None) -> bool:
     try:
         from rmqdump.fast import walk as fastwalk
     except ImportError:  # pragma: no cover - numpy missing
         return False
     if fast:
-        return fastwalk.fast_available()
-    return fastwalk.use_fast(nbytes)
+        return fastwalk.fast_available() and not is_dledger_segment(split.segment())
+    return fastwalk.use_fast(split.size, segments=(split.segment(),))
 
 
 #: Segments from this size are walked on a second thread while the first builds columns.

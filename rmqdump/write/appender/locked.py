@@ -95,8 +95,10 @@ class LockedAppender:
     # -- lifecycle --------------------------------------------------------------------------------
     def open(self) -> LockedAppender:
         from rmqdump.broker.lock import DEFAULT_LOCK_TIMEOUT_S, StoreLock, describe_holder, probe_lock
+        from rmqdump.store.dledger.files import refuse_dledger
 
         root = self.root
+        refuse_dledger(root, "append")
         if not root.exists():
             if not self.create:
                 raise StoreError("no such store (use --init to create one)", root)

@@ -68,6 +68,9 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     if salvage is not None and salvage not in SALVAGE_CHOICES:
         raise RmqdumpError(f"unknown salvage choice {salvage!r} (choose {', '.join(SALVAGE_CHOICES)})")
     root = Path(store_path)
+    from rmqdump.store.dledger.files import refuse_dledger
+
+    refuse_dledger(root, "repair")
     store = Store.open(root)
     if store.root is None:
         raise StoreError("repair needs a store root (with commitlog/, consumequeue/, index/ ...)", root)

@@ -1,0 +1,218 @@
+"""The commitlog of a DLedger store: ``dledger-<id>/data`` as a :class:`~rmqdump.store.commitlog.CommitLog`
+(records at their entry + 48, the offsets ConsumeQueue, IndexFile and offsetMsgId use), the entry headers
+walked as DLedger's recovery walks them, and the cross-checks of the index units and text files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqdump.codec.dledger import (
+    DLEDGER_INDEX_FILE_SIZE,
+    DLEDGER_INDEX_UNIT,
+    EntryHeader,
+    IndexUnit,
+    decode_index_unit,
+)
+from rmqdump.codec.record import Blank, Invalid
+from rmqdump.disk.segment import Segment, parse_file_name
+from rmqdump.findings import ERROR, INFO, WARNING, Finding
+from rmqdump.store.commitlog import CommitLog
+from rmqdump.store.dledger.files import DLEDGER_ENTRY, DLedgerDir, read_entry
+
+
+@dataclass
+class EntryAt:
+    """One entry as the header walk met it."""
+
+    seg: Segment
+    file_pos: int
+    header: EntryHeader
+
+    @property
+    def offset(self) -> int:
+        return self.seg.start + self.file_pos
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.header.size
+
+
+@dataclass
+class HeaderWalk:
+    """Where a header walk ended: ``stop`` (None: the last file ended with its blank), ``end`` (the end of the
+    last sound entry, or the start of the file after a blank: DLedger's ``processOffset``)."""
+
+    stop: Invalid | None = None
+    end: int = 0
+    last: EntryAt | None = None
+    entries: int = 0
+
+
+class DLedgerCommitLog(CommitLog):
+    """``dledger-<id>/data`` of a store root. ``problems`` (the discovery's and the DLedger checks: entry
+    continuity across files, index units, checkpoint, currterm) are worked out when first asked for."""
+
+    dledger: DLedgerDir
+
+    @classmethod
+    def open_member(cls, dl: DLedgerDir) -> DLedgerCommitLog:
+        cl = cls.from_directory(dl.data_dir)
+        cl.dledger = dl
+        return cl
+
+    @property
+    def problems(self) -> list[Finding]:
+        if self._checked is None:
+            self._checked = list(self._found) + dledger_problems(self)
+        return self._checked
+
+    @problems.setter
+    def problems(self, value: list[Finding]) -> None:
+        self._found, self._checked = value, None
+
+    # --- the entries ------------------------------------------------------------------------------------
+    def header_walk(self, start_index: int = 0, on_entry=None) -> HeaderWalk:
+        """Walk entry headers from the first entry of segment ``start_index`` as ``DLedgerMmapFileStore.recover``
+        does (a blank moves to the next file; a refused header, a broken index or term sequence ends it),
+        calling ``on_entry(EntryAt)`` for each sound entry."""
+        hw = HeaderWalk(end=self.segments[start_index].start if self.segments else 0)
+        for seg in self.segments[start_index:]:
+            hw.end = seg.start
+            r = seg.open(True)
+            try:
+                pos = 0
+                while True:
+                    ent = read_entry(r, pos) if pos < r.size else Invalid(seg.end, seg.name, pos, "end_of_data",
+                                                                        "end of file")
+                    if isinstance(ent, Blank):
+                        hw.end = seg.end
+                        break
+                    last = hw.last.header if hw.last else None
+                    if not isinstance(ent, Invalid) and last is not None and (
+                            ent.index != last.index + 1 or ent.term < last.term):
+                        ent = Invalid(seg.start + pos, seg.name, pos, DLEDGER_ENTRY,
+                                      f"entry index {ent.index} term {ent.term} after index {last.index} term "
+                                      f"{last.term} (DLedger's recovery needs index + 1 and a term that does not "
+                                      "go back)")
+                    if isinstance(ent, Invalid):
+                        hw.stop = ent
+                        return hw
+                    hw.last = EntryAt(seg, pos, ent)
+                    hw.entries += 1
+                    if on_entry is not None:
+                        on_entry(hw.last)
+                    pos += ent.size
+                    hw.end = seg.start + pos
+            finally:
+                r.close()
+        return hw
+
+    def entry_at_index(self, index: int) -> EntryHeader | None:
+        """The header of entry ``index`` through its index unit (as ``DLedgerMmapFileStore.get``), or None."""
+        unit = self.index_unit(index)
+        if unit is None or unit.size <= 0:
+            return None
+        seg = self.segment_for(unit.pos)
+        if seg is None:
+            return None
+        r = seg.open(True)
+        try:
+            ent = read_entry(r, unit.pos - seg.start)
+        finally:
+            r.close()
+        return ent if isinstance(ent, EntryHeader) else None
+
+    # --- the index units --------------------------------------------------------------------------------
+    def index_files(self) -> list[Segment]:
+        d = self.dledger.index_dir
+        try:
+            paths = sorted(p for p in d.iterdir() if parse_file_name(p.name) is not None and p.is_file())
+        except OSError:
+            return []
+        return [Segment(p, parse_file_name(p.name), p.stat().st_size) for p in paths]
+
+    def index_unit(self, index: int) -> IndexUnit | None:
+        """The 32-byte unit of entry ``index`` (None: no index file holds it)."""
+        at = index * DLEDGER_INDEX_UNIT
+        for seg in self.index_files():
+            if seg.start <= at and at + DLEDGER_INDEX_UNIT <= seg.end:
+                r = seg.open(False)
+                try:
+                    return decode_index_unit(r.read(at - seg.start, DLEDGER_INDEX_UNIT))
+                finally:
+                    r.close()
+        return None
+
+
+def index_mismatch(unit: IndexUnit | None, e: EntryAt) -> str | None:
+    """How the index unit of entry ``e`` disagrees with its header (the checks of DLedger's recovery)."""
+    h = e.header
+    if unit is None:
+        return f"no index unit for entry {h.index}"
+    for name, a, b in (("magic", unit.magic, h.magic), ("size", unit.size, h.size), ("index", unit.index, h.index),
+                       ("term", unit.term, h.term), ("pos", unit.pos, e.offset)):
+        if a != b:
+            return f"index unit {name} {a} != entry {name} {b}"
+    return None
+
+
+def dledger_problems(cl: DLedgerCommitLog) -> list[Finding]:
+    """The DLedger checks of a whole data-file list: entries continuous across files, every entry's index
+    unit equal to its header, the index file's size, ``checkpoint`` and ``currterm`` against the entries."""
+    dl = cl.dledger
+    base = str(dl.path)  # joined like the discovery's file names: verify makes them relative to the root
+    out: list[Finding] = [Finding(WARNING, "dledger_text_file", base, None, p) for p in dl.problems]
+    idx_files = cl.index_files()
+    for s in idx_files:
+        if s.size != DLEDGER_INDEX_FILE_SIZE:
+            out.append(Finding(ERROR, "dledger_index_file", f"{base}/index/{s.name}", None,
+                               f"size {s.size}, not DLedger's {DLEDGER_INDEX_FILE_SIZE}: DLedger's load fails "
+                               "(the broker exits)"))
+    readers: dict[Path, object] = {}
+    bad_units: list[Finding] = []
+
+    def check(e: EntryAt) -> None:
+        if len(bad_units) >= 100:
+            return
+        at = e.header.index * DLEDGER_INDEX_UNIT
+        unit = None
+        for s in idx_files:
+            if s.start <= at and at + DLEDGER_INDEX_UNIT <= s.start + s.size:
+                r = readers.get(s.path) or readers.setdefault(s.path, s.open(True))
+                unit = decode_index_unit(r.read(at - s.start, DLEDGER_INDEX_UNIT))
+                break
+        why = index_mismatch(unit, e)
+        if why is not None:
+            name = f"{base}/index/{idx_files[0].name}" if idx_files else f"{base}/index"
+            bad_units.append(Finding(ERROR, "dledger_index_mismatch", name, at,
+                                     f"{why} (entry at {e.offset}): DLedger's recovery rewrites the index from "
+                                     "here"))
+
+    try:
+        hw = cl.header_walk(0, check) if cl.segments else HeaderWalk()
+    finally:
+        for r in readers.values():
+            r.close()
+    out += bad_units[:1]  # DLedger rewrites the index from the first mismatch on: one finding says it
+    if hw.stop is not None and hw.stop.kind == DLEDGER_ENTRY and hw.stop.file_pos == 0:
+        out.append(Finding(ERROR, DLEDGER_ENTRY, f"{base}/data/{hw.stop.file}", hw.stop.offset, hw.stop.detail))
+    last = hw.last.header if hw.last else None
+    cp = dl.checkpoint
+    if cp is None:
+        out.append(Finding(WARNING, "dledger_checkpoint", f"{base}/checkpoint", None,
+                           "no DLedger checkpoint: committedIndex stays -1 and RocketMQ reads no record"))
+    elif dl.committed_index is None:
+        out.append(Finding(WARNING, "dledger_checkpoint", f"{base}/checkpoint", None,
+                           f"no readable committedIndex in {cp!r}"))
+    elif last is not None and dl.committed_index < last.index:
+        out.append(Finding(INFO, "dledger_uncommitted", f"{base}/checkpoint", None,
+                           f"committedIndex {dl.committed_index} < last entry {last.index}: RocketMQ reads no "
+                           f"record of the {last.index - dl.committed_index} later entries until DLedger commits "
+                           "them"))
+    if dl.currterm is None:
+        out.append(Finding(INFO, "dledger_currterm", f"{base}/currterm", None, "no currterm file (term 0)"))
+    elif last is not None and dl.curr_term is not None and last.term > dl.curr_term:
+        out.append(Finding(WARNING, "dledger_currterm", f"{base}/currterm", None,
+                           f"currTerm {dl.curr_term} is below the last entry's term {last.term}"))
+    return out
