@@ -49,6 +49,11 @@ def lookup(store, key, uniq_key, msg_id, queue, phys, topic, since, until, limit
     to confirm its topic and KEYS/UNIQ_KEY: hash collisions are counted, never printed. When
     the index is missing, would be deleted by the broker's crash recovery, or does not cover
     the commitlog or the time window, the uncovered commitlog is walked and stderr says why.
+    Key lookups add each hit's born-vs-store skew (`timing` in JSON; SKEW in the table) and the
+    time window the broker's own query would use (a query by key: the caller's window; by client
+    id: from the id's time minus 1 s), saying on stderr which hits that query would miss (a
+    producer clock ahead of the broker's, apache/rocketmq #681); a window that finds nothing lists
+    the key's records outside it.
     Exit 0 found, 1 nothing found, 2 error (bad id, unknown queue, offset out of range).
     """
     from rmqdump.cli.output import default_format
@@ -107,22 +112,32 @@ def _keyed(lib, st, geo, key, uniq_key, topic, lo, hi, max_num, force_scan, use_
         return lib.lookup_key(st, topic, key, **kwargs)
 
 
+def _skew(ms: int) -> str:
+    return f"{ms:+d} ms" if abs(ms) < 10_000 else f"{ms / 1000:+.1f} s"
+
+
 def _print_records(res, fmt: str, decoder, decompress: bool, geo) -> None:
-    from rmqdump.cli.output import RecordWriter, report_body_errors, utc_ms
+    from rmqdump.cli.output import Column, RecordWriter, report_body_errors, utc_ms
     from rmqdump.rows.bodyfmt import message_to_row
     from rmqdump.rows.schema import FIELDS
 
+    timing = {t.offset: t for t in res.timing}
     columns = ()
     if fmt == "table":
         from rmqdump.cli.scan import table_columns
 
-        columns = table_columns(decoder)
-    writer = RecordWriter(fmt, FIELDS, columns)
+        columns = table_columns(decoder) + ([Column("skew", "SKEW", "num", 5)] if timing else [])
+    writer = RecordWriter(fmt, (*FIELDS, "timing") if timing else FIELDS, columns)
     try:
         for rec in res.hits:
             row = message_to_row(rec, decoder, decompress, fmt in ("table", "csv"), geo.delay_levels_ms)
+            t = timing.get(rec.offset)
+            if t is not None:
+                row["timing"] = t.to_dict() if fmt != "csv" else _skew(t.skew_ms)
             if fmt == "table":
                 row["store_time"] = utc_ms(rec.store_timestamp)
+                if t is not None:
+                    row["skew"] = _skew(t.skew_ms)
             writer.write(row)
     finally:
         writer.close()
@@ -145,6 +160,7 @@ def _report(res, keyed: bool, max_num: int | None, show_collisions: bool, quiet:
         diag(f"rmqdump: truncated: more than {max_num} records match; raise --limit to see them", "bold yellow")
     if not keyed:
         return
+    _report_timing(res, quiet)
     if show_collisions:
         for c in res.collisions:
             diag(f"collision: offset {c.offset}: {c.reason}: topic {c.topic!r}, keys {c.keys}, "
@@ -164,3 +180,32 @@ def _report(res, keyed: bool, max_num: int | None, show_collisions: bool, quiet:
             else ""
         diag(f"{n} record{'' if n == 1 else 's'} found{more} via {via.get(res.source, res.source)}"
              f"{topics}, {c} collision{'' if c == 1 else 's'}{extra}{hint}")
+
+
+def _report_timing(res, quiet: bool) -> None:
+    """The broker's query window, the hits it would miss, and the key's records outside an empty window."""
+    from rmqdump.analysis.lookup.result import _iso
+    from rmqdump.cli.output import diag
+
+    def when(ms: int) -> str:
+        return "Long.MAX_VALUE" if ms >= (1 << 63) - 1 else ("0" if ms == 0 else _iso(ms))
+
+    shown = res.timing or res.outside_window
+    if shown and not quiet:
+        lo, hi = shown[0].window
+        diag(f"the broker's query window: {when(lo)} .. {when(hi)} ({shown[0].how}); it compares the index time, "
+             "the store time cut to whole seconds")
+    for t in res.timing:
+        if t.in_window is not True:
+            diag(f"rmqdump: warning: record at {t.offset} (born {_iso(t.born_timestamp)}, stored "
+                 f"{_iso(t.store_timestamp)}, skew {_skew(t.skew_ms)}): {t.note}", "yellow")
+    if res.outside_window:
+        lo, hi = res.outside_window[0].window
+        diag(f"rmqdump: nothing stored between {when(lo)} and {when(hi)}, but {len(res.outside_window)} record(s) "
+             "with this key lie outside that window:", "yellow")
+        for t in res.outside_window:
+            born_in = lo <= t.born_timestamp <= hi
+            diag(f"  offset {t.offset}: born {_iso(t.born_timestamp)}{' (inside the window)' if born_in else ''}, "
+                 f"stored {_iso(t.store_timestamp)} (skew {_skew(t.skew_ms)})"
+                 + ("; the producer's clock and the broker's disagree: widen the window by the skew" if born_in
+                    else ""), "yellow")

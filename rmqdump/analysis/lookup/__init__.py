@@ -32,6 +32,7 @@ from rmqdump.analysis.lookup.result import (
     _iso,
     _key_matches,
     _open_store,
+    hit_timings,
     read_message,
 )
 from rmqdump.analysis.lookup.scan import _matcher, _scan
@@ -78,12 +79,15 @@ def known_topics(store: Store) -> list[str]:
 def lookup_key(store: Store | str | os.PathLike, topic: str | None, key: str, begin: int | None = None,
                end: int | None = None, max_num: int | None = None, *, force_scan: bool = False,
                geometry: StoreGeometry | None = None, use_mmap: bool = True,
-               progress: Callable[[int], None] | None = None) -> LookupResult:
+               progress: Callable[[int], None] | None = None, by_uniq_key: bool = False) -> LookupResult:
     """Records of ``topic`` whose KEYS element or UNIQ_KEY equals ``key``, newest first.
 
     ``topic`` None searches every topic the store names (see :func:`known_topics`) in the
     index and every record in a scan. ``begin``/``end`` bound the store time (ms,
     inclusive). ``max_num`` caps the hits; ``truncated`` then says whether more exist.
+    ``timing`` says, per hit, the born-vs-store skew and whether the broker's own query
+    (the window a key query, or with ``by_uniq_key`` a query by client id, would use) returns it;
+    when a window finds nothing, ``outside_window`` lists the key's records outside it.
     """
     if not key:
         raise FormatError("empty key: the broker never indexes empty keys")
@@ -149,6 +153,11 @@ def lookup_key(store: Store | str | os.PathLike, topic: str | None, key: str, be
     finally:
         for f in plan.files:
             f.close()
+    res.timing = hit_timings(st, geo, res.hits, key, begin, end, by_uniq_key)
+    if not res.hits and (begin is not None or end is not None):
+        wide = lookup_key(st, topic, key, max_num=max_num, force_scan=force_scan, geometry=geo, use_mmap=use_mmap,
+                          by_uniq_key=by_uniq_key)
+        res.outside_window = hit_timings(st, geo, wide.hits, key, begin, end, by_uniq_key)
     return res
 
 
@@ -223,4 +232,4 @@ def lookup_uniq_key(store: Store | str | os.PathLike, uniq_key: str, topic: str 
     s = uniq_key.strip().upper()  # MessageClientIDSetter writes upper-case hex
     if not is_uniq_key(s):
         raise FormatError(f"UNIQ_KEY {uniq_key!r} must be 32 or 56 hexadecimal characters")
-    return lookup_key(store, topic, s, **kwargs)
+    return lookup_key(store, topic, s, by_uniq_key=True, **kwargs)
