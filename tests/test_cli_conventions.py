@@ -125,6 +125,8 @@ def _smoke_args(name: str, store, tmp_path) -> list[str]:
         "append": ["append", str(tmp_path / "new"), "--init", "--commitlog-file-size", "4096", "--cq-file-size",
                    "600", "--topic", "TopicTest", "--body", "smoke"],
         "export": ["export", s, "--to", str(tmp_path / "out.jsonl")],
+        "bundle": ["bundle", s, "--to", str(tmp_path / "bundle.tar.gz")],
+        "diff": ["diff", s, s],
         "spark lookup": ["spark", "lookup", s, "--key", "key-1"],
     }.get(name, [*name.split(), s])
 
@@ -181,6 +183,8 @@ def _error_args(name: str, path: str, tmp_path) -> list[str]:
         "lookup": ["lookup", path, "--key", "x"],
         "append": ["append", path, "--topic", "T", "--body", "x"],
         "export": ["export", path, "--to", str(tmp_path / "o.jsonl")],
+        "bundle": ["bundle", path, "--to", str(tmp_path / "o.tar.gz")],
+        "diff": ["diff", path, path],
         "spark export": ["spark", "export", path, "--out", str(tmp_path / "o")],
         "spark lookup": ["spark", "lookup", path, "--key", "x"],
     }.get(name, [*name.split(), path])
