@@ -18,6 +18,11 @@ from rmqdump.cli.options import (
 
 #: unreadable index targets listed one per line before the rest are counted
 MAX_LISTED = 10
+#: README examples (scripts/gen_docs.py): a hit with its skew, and a window that explains a "not found"
+DOC_EXAMPLES: list[list[str]] = [
+    ["lookup", "fixtures/store", "--key", "k1"],
+    ["lookup", "fixtures/store", "--key", "big-zlib", "--since", "2026-11-01T00:00:03Z"],
+]
 
 
 @click.command()
@@ -193,8 +198,8 @@ def _report_timing(res, quiet: bool) -> None:
     shown = res.timing or res.outside_window
     if shown and not quiet:
         lo, hi = shown[0].window
-        diag(f"the broker's query window: {when(lo)} .. {when(hi)} ({shown[0].how}); it compares the index time, "
-             "the store time cut to whole seconds")
+        diag(f"the broker's query window: {when(lo)} .. {when(hi)} ({shown[0].how}); it compares the index time (the "
+             "store time cut to whole seconds after the index file's first record)")
     for t in res.timing:
         if t.in_window is not True:
             diag(f"rmqdump: warning: record at {t.offset} (born {_iso(t.born_timestamp)}, stored "
