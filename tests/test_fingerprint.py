@@ -17,7 +17,7 @@ from rmqdump.store.commitlog import CommitLog
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SEG = "00000000000000004096"
-ORACLE = sorted(p.parent.name for p in (FIXTURES / "oracle").glob("*/store"))
+ORACLE = sorted(p.parent.parent.name for p in (FIXTURES / "oracle").glob("*/store/commitlog"))  # not DLedger
 
 
 def copy_store(src: Path, dst: Path) -> Path:
