@@ -8,7 +8,6 @@ import click
 
 from rmqdump.cli.options import access_options, now_option, parse_time, report_output_options, store_argument
 from rmqdump.cli.output import Column, default_format, diag, emit_document, print_table, utc_ms
-from rmqdump.errors import StoreError
 from rmqdump.findings import ERROR, WARNING
 from rmqdump.store.root import Store
 
@@ -93,8 +92,10 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
     (re-linking the wheel from the log, reading from the checkpoint's read time): pending deliveries
     per delivery-time bucket with their real topic, keys, due time and commitlog record, and the
     checks verify reports (units past the commitlog end, apache/rocketmq #10668; wheel chains vs the
-    log; checkpoint and metrics vs the log). Exit 1 on an error or warning finding."""
+    log; checkpoint and metrics vs the log). Exit 1 on an error or warning finding; a store without a timer store is reported as such (exit 0)."""
     fmt = default_format(fmt, report=True)
+    if fmt == "csv":
+        raise click.BadParameter("timer prints one document: use table, json or jsonl", param_hint="--format")
     now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
     st = Store.open(store)
     from rmqdump.analysis.timer import ORPHANED, PENDING, has_timer_store, read_timer_state
@@ -103,8 +104,13 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
     from rmqdump.broker.recovery import predict_recovery_auto
 
     if not has_timer_store(st.root):
-        raise StoreError("no timer store here (no timerlog/, timerwheel or config/timercheck: "
-                         "timerWheelEnable was false, or this is a 4.x store)", store)
+        if not quiet:
+            diag("no timer store here (no timerlog/, timerwheel or config/timercheck: timerWheelEnable was false, "
+                 "or a 4.x broker)")
+        if fmt in ("json", "jsonl"):
+            emit_document({"store": str(st.root or store), "summary": None, "buckets": [], "entries": [],
+                           "findings": []}, fmt, _render)
+        return
     commitlog_end = None
     try:
         pred, _ = predict_recovery_auto(st, check_crc=True, use_mmap=not no_mmap, list_limit=0, list_dropped=False)
