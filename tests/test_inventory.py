@@ -122,7 +122,7 @@ def test_5x_files_named_by_name_only(tmp_path):
     found = {f["feature"]: f for f in detect_features(inv) if f["present"]}
     assert set(found) == {"timer", "rocksdb_cq", "rocksdb_config", "dledger", "controller", "multi_path",
                           "compaction", "cq_ext"}
-    assert all(found[f]["rmqdump"] == ("reads" if f == "timer" else "names only") for f in found)
+    assert all(found[f]["rmqdump"] == ("reads" if f in ("timer", "dledger") else "names only") for f in found)
     assert found["compaction"]["evidence"].startswith("compaction/")
     assert "position-checkpoint only" not in found["compaction"]["evidence"]
 
@@ -170,7 +170,8 @@ def test_dledger_store_without_commitlog_dir_gets_an_inventory(tmp_path):
     (root / "commitlog").rename(root / "dledger-n0" / "data")
     (root / "dledger-n0" / "checkpoint").write_text("committedIndex=0\n")
     doc = info_json(root)
-    assert doc["commitlog"] is None and doc["consume_queues"]["queues"]
+    # dledger-n0/data/ is read as the store's commitlog (issue 19; this one holds plain records, not entries)
+    assert doc["commitlog"]["directory"].endswith("dledger-n0/data") and doc["consume_queues"]["queues"]
     assert features(doc)["dledger"]["evidence"] == "dledger-n0/"
     assert doc["inventory"]["counts"]["unknown"] == 0
     assert "DLedger" in info(root).stdout

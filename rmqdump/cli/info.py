@@ -37,7 +37,7 @@ def render(console: Console, doc: dict) -> None:
         console.print(Text(escape_control(f"missing: {', '.join(doc['missing'])}"), style="yellow"))
     if cl is None:
         console.print(Text("commitlog: none here (a DLedger store keeps its records in dledger-<id>/data/, which "
-                           "rmqdump does not read)", style="yellow"))
+                           "holds no data file here)", style="yellow"))
     else:
         _render_commitlog(console, cl)
     _render_parts(console, doc)

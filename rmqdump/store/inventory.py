@@ -103,7 +103,7 @@ ROCKS_CFG = _k("config/<RocksDB table>/", NAMED,
 CQEXT = _k("consumequeue_ext/", NAMED, "ConsumeQueueExt files (enableConsumeQueueExt)", "cq_ext")
 COMPACTION = _k("compaction/", NAMED, "compaction store: position-checkpoint, compactionLog/, compactionCq/",
                 "compaction")
-DLEDGER = _k("dledger-<selfId>/", NAMED, "DLedger commitlog: data/, index/, checkpoint, currterm", "dledger")
+DLEDGER = _k("dledger-<selfId>/", READ, "DLedger commitlog: data/, index/, checkpoint, currterm", "dledger")
 CONTROLLER = _k("epochFileCheckpoint[.bak]|brokerIdentity", NAMED, "controller-mode HA metadata", "controller")
 MULTIPATH = _k("<dir>/[commitlog/]<offset>", NAMED, "another commitlog folder (multi-path storePathCommitLog)",
                "multi_path")
@@ -395,7 +395,7 @@ FEATURES = (
     ("batchcq", "BatchConsumeQueue (queue.type=BatchCQ topics)", READS),
     ("crc32", "__CRC32# record CRC property (enabledAppendPropCRC)", READS),
     ("v2", "V2 magic records (topics over 127 UTF-16 units)", READS),
-    ("dledger", "DLedger commitlog (enableDLegerCommitLog)", NAMES_ONLY),
+    ("dledger", "DLedger commitlog (enableDLegerCommitLog)", READS),
     ("controller", "controller mode (epochFileCheckpoint, brokerIdentity)", NAMES_ONLY),
     ("multi_path", "multi-path commitlog (storePathCommitLog a,b)", NAMES_ONLY),
     ("compaction", "compaction store (cleanup.policy=COMPACTION)", NAMES_ONLY),
