@@ -207,6 +207,15 @@ def _infer_precision(wheel: TimerWheelFile | None, units: dict[int, TimerUnit]) 
     return votes.most_common(1)[0][0] if votes else None
 
 
+def _file_index(per_file: list, pos: int) -> int:
+    """``recoverAndRevise``'s first file: the last one starting at or before ``pos`` (else the first)."""
+    idx = 0
+    for i, (f, _us, _s) in enumerate(per_file):
+        if pos >= f.start:
+            idx = i
+    return idx
+
+
 def _revise(slots: dict[int, Slot], u: TimerUnit, precision: int) -> None:
     """``TimerWheel.reviseSlot(delayedTime, IGNORE, pos, force=true)``."""
     t = u.delayed_ms // precision
@@ -267,6 +276,10 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
     precision = precision_ms or inferred or TIMER_PRECISION_MS
     source = "given" if precision_ms else "wheel" if inferred else "default"
 
+    read_time = cp.last_read_time_ms if cp else 0
+    window = now_ms // precision * precision - TIMER_SLOTS_TOTAL * precision + TIMER_BLANK_SLOTS * precision
+    read_time = max(read_time, window)
+
     # recovery: re-link the slots of the units from the file holding lastTimerLogFlushPos - fileSize
     slots = dict(wheel.slots) if wheel is not None and wheel.size_ok else {}
     file_size = log.file_size if log else None
@@ -274,24 +287,28 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
     log_end = 0
     kept: set[int] = set(units)
     if per_file:
-        start_i = 0
-        for i, (f, _us, _s) in enumerate(per_file):
-            if begin >= f.start:
-                start_i = i
+        start_i = _file_index(per_file, begin)
         log_end = per_file[start_i][0].start
         for i in range(start_i, len(per_file)):
             f, us, stop = per_file[i]
             for u in us:
                 _revise(slots, u, precision)
             log_end = stop.pos
-            if stop.reason != "blank":
+            if stop.reason not in ("blank", "end"):
                 for _f, later, _st in per_file[i + 1:]:
                     kept.difference_update(u.pos for u in later)
                 break
-
-    read_time = cp.last_read_time_ms if cp else 0
-    window = now_ms // precision * precision - TIMER_SLOTS_TOTAL * precision + TIMER_BLANK_SLOTS * precision
-    read_time = max(read_time, window)
+        # checkPhyPos(readTime, logEnd): a slot due from the read time on whose lastPos is past the log end makes
+        # the broker re-link once more, from the file holding the smallest such firstPos (no truncation)
+        read_units = read_time // precision
+        min_first = min((s.first_pos for s in slots.values() if read_units <= s.time_units < read_units
+                         + TIMER_WHEEL_SLOTS and s.time_units % TIMER_WHEEL_SLOTS == s.index
+                         and s.last_pos > log_end), default=None)
+        if min_first is not None and min_first < log_end:
+            for _f, us, _stop in per_file[_file_index(per_file, min_first):]:
+                for u in us:
+                    if u.pos in kept:
+                        _revise(slots, u, precision)
 
     st = TimerState(r, precision, source, now_ms, cp, metrics, wheel, log, file_size, log_end, begin,
                     read_time, stops=stops, slots=slots, problems=problems, commitlog_end=commitlog_end,

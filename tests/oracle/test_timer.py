@@ -101,3 +101,94 @@ def test_truncated_commitlog_gives_the_10668_finding(matrix):
     assert len(want) == len(offsets) - 1
     assert sorted(f["offset"] for f in beyond) == want
     assert all(f["severity"] == "error" and f["file"].startswith("timerlog/") for f in beyond)
+
+
+def _multi_file_base():
+    from .harness import Base
+
+    settings = {"type": "settings", "mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 320,
+                "maxHashSlotNum": 64, "maxIndexNum": 256, "mapperFileSizeBatchConsumeQueue": 736,
+                "timerWheelEnable": True, "timerPrecisionMs": 1000, "mappedFileSizeTimerLog": 3328}
+    lines = [settings] + [{"topic": f"TimerT{i % 3}", "queueId": i % 2, "timerDelaySec": 3600 + (i // 2) * 7,
+                           "keys": f"m-{i}", "body": f"timer {i}"} for i in range(140)]
+    return Base("533-timer-3-files", "533", tuple(json.dumps(x) for x in lines))
+
+
+def test_timer_over_three_timerlog_files(matrix):
+    """140 units over three 3328-byte timerlog files (63 units and RocketMQ's 16-byte blank each), two units
+    put in the same second share a slot: every one pending, chained, no finding."""
+    from .harness import build_base
+
+    b = build_base(_multi_file_base())
+    code, doc = invoke_json("timer", b.store, "-f", "json")
+    put = timer_statuses(b)
+    assert len(put) == 140 and code == 0
+    assert sorted(e["offset_py"] for e in doc["entries"] if e["state"] == "pending") == sorted(
+        s["wroteOffset"] for s in put)
+    assert doc["summary"]["timerlog_files"] == 3 and doc["summary"]["timerlog_end"] == 2 * 3328 + 14 * 52
+    counts = [b["count"] for b in doc["buckets"]]
+    assert sum(counts) == 140 and max(counts) >= 2  # pairs put within one second share a slot (a chain)
+    assert timer_findings(b.store) == []
+
+
+def test_lost_wheel_orphans_what_recovery_does_not_rescan(matrix, tmp_path):
+    """Without ``timerwheel`` the broker starts from an empty wheel and its recovery re-links only the units
+    from the timerlog file holding lastTimerLogFlushPos - fileSize on: a unit of an earlier file is delivered
+    only if a later unit of its slot chains back to it."""
+    from .harness import build_base, writable_copy
+
+    b = build_base(_multi_file_base())
+    store = writable_copy(b, tmp_path / "s")
+    (store / "timerwheel").unlink()
+    # the timerlog's flushedWhere advances one file per flush: put's last flush left it at the first file's
+    # end (the broker's next flush cycles would bring it to the log end, as written here)
+    _, doc = invoke_json("timer", store, "-f", "json")
+    assert doc["summary"]["recovery_begin"] == 0 and doc["summary"]["states"]["orphaned"] == 0
+    with open(store / "config" / "timercheck", "r+b") as f:
+        f.seek(8)
+        f.write(doc["summary"]["timerlog_end"].to_bytes(8, "big"))
+    _, doc = invoke_json("timer", store, "-f", "json")
+    assert doc["summary"]["recovery_begin"] == doc["summary"]["timerlog_end"] - 3328
+    rescanned = {e["slot"] for e in doc["entries"] if e["timerlog_pos"] >= 3328}
+    want = sorted(e["timerlog_pos"] for e in doc["entries"] if e["timerlog_pos"] < 3328 and e["slot"] not in rescanned)
+    assert want, "some slots have units in the first file only"
+    assert sorted(e["timerlog_pos"] for e in doc["entries"] if e["state"] == "orphaned") == want
+    found = timer_findings(store)
+    assert sorted(f["offset"] for f in found if f["kind"] == "timer_unit_orphaned") == want
+
+
+def test_lost_timerlog_tail_relinks_from_the_wheel(matrix, tmp_path):
+    """Slots whose two units lie in the first and the third timerlog file (one absolute deliver time each), the
+    third file's units lost after its first (zeroed), the checkpoint flushed to the third file's end: the
+    recovery's first pass rescans the third file only, then the slots that still end past the new log end make
+    it re-link from their first units (checkPhyPos), so their surviving units are delivered."""
+    import time
+
+    from .harness import put
+
+    lines = [json.loads(x) for x in _multi_file_base().spec]
+    base = (int(time.time()) + 7200) * 1000 + 500
+    for i, m in enumerate(lines[1:]):
+        del m["timerDelaySec"]
+        m["timerDeliverMs"] = base + (i % 70) * 1000  # units i and i + 70 share a slot
+    store = tmp_path / "s"
+    assert all(s["status"] == "PUT_OK" for s in put("533", store, lines))
+    _, before = invoke_json("timer", store, "-f", "json")
+    assert before["summary"]["timerlog_files"] == 3 and before["findings"] == []
+    with open(store / "config" / "timercheck", "r+b") as f:
+        f.seek(8)
+        f.write((3 * 3328).to_bytes(8, "big"))
+    cut = 2 * 3328 + 52
+    with open(store / "timerlog" / f"{2 * 3328:020d}", "r+b") as f:
+        f.seek(52)
+        f.write(bytes(3328 - 52))
+    _, doc = invoke_json("timer", store, "-f", "json")
+    assert doc["summary"]["timerlog_end"] == cut and doc["summary"]["recovery_begin"] == 2 * 3328
+    lost = {e["slot"] for e in before["entries"] if e["timerlog_pos"] >= cut}
+    survivors = [e for e in doc["entries"] if e["slot"] in lost]
+    assert len(survivors) == len(lost) == 13 and all(e["timerlog_pos"] < 2 * 3328 for e in survivors)
+    assert {e["state"] for e in survivors} == {"pending"}
+    assert doc["summary"]["states"]["pending"] == 127
+    found = timer_findings(store)
+    # lastTimerLogFlushPos is past the new end: flushed units are gone; metrics still count the lost ones
+    assert {f["kind"] for f in found} == {"timer_checkpoint_ahead", "timer_metrics_mismatch"}
