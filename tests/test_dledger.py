@@ -168,7 +168,9 @@ def test_checkpoint_missing_or_behind(dledger_store):
     assert doc["recovery"]["max_offset"] == 0
 
 
-def test_mixed_store_is_refused(dledger_store):
+def test_mixed_store_overlapping_is_refused(dledger_store):
+    """An old commitlog/ file reaching past DLedger's first data offset is no layout RocketMQ writes (a real
+    mixed store, old files then DLedger's from dividedCommitlogOffset, is read: tests/oracle/test_dledger.py)."""
     (dledger_store / "commitlog").mkdir()
     (dledger_store / "commitlog" / "00000000000000000000").write_bytes(bytes(4096))
     res = run("scan", dledger_store)

@@ -17,7 +17,7 @@ from rmqdump.codec.layout import (
     STORE_LOCK_FILE,
 )
 from rmqdump.disk.segment import parse_file_name
-from rmqdump.errors import StoreError, UnsupportedError
+from rmqdump.errors import StoreError
 from rmqdump.store.commitlog import CommitLog
 from rmqdump.store.dledger.files import find_dledger, has_data_files
 
@@ -71,13 +71,11 @@ class Store:
         """A DLedger store (``enableDLegerCommitLog``): its commitlog is ``dledger-<id>/data``."""
         from rmqdump.store.dledger.log import DLedgerCommitLog
 
+        cl = DLedgerCommitLog.open_member(dl)
         old = root / STORE_COMMITLOG_DIR
-        if old.is_dir() and has_data_files(old):
-            raise UnsupportedError(f"mixed store: {STORE_COMMITLOG_DIR}/ and {dl.path.name}/data/ both hold files "
-                                   "(a broker switched to DLedger keeps reading the old commitlog up to "
-                                   "dividedCommitlogOffset); rmqdump does not read mixed stores yet: give "
-                                   f"{old} or {dl.data_dir} alone", root)
-        return cls(DLedgerCommitLog.open_member(dl), root)._find_parts()
+        if old.is_dir() and has_data_files(old):  # mixed: a broker switched to DLedger keeps its old files
+            cl = cl.after_old_commitlog(CommitLog.from_directory(old))
+        return cls(cl, root)._find_parts()
 
     def _find_parts(self) -> Store:
         if self.root is not None:

@@ -12,7 +12,23 @@ from click.testing import CliRunner
 
 from rmqdump.cli import cli
 
-from .harness import Base, Built, build_base, build_variant, expected_row, unavailable_reason
+from .harness import (
+    CACHE,
+    CACHE_FORMAT,
+    Base,
+    Built,
+    _atomic_dir,
+    _digest,
+    build_base,
+    build_variant,
+    expected_row,
+    load,
+    oracle_version_stamp,
+    put,
+    read_jsonl,
+    run_args,
+    unavailable_reason,
+)
 
 pytestmark = [pytest.mark.oracle]
 
@@ -52,9 +68,36 @@ def _torn_header(b: Built) -> list[dict]:
     return [{"op": "zero", "path": path, "offset": pos + 20, "length": size - 20}]
 
 
+def _mixed_specs() -> tuple[list[dict], list[dict]]:
+    """A broker that ran with a plain commitlog, then with enableDLegerCommitLog on the same store."""
+    plain = {k: v for k, v in SETTINGS.items() if not k.startswith(("enableDLeger", "dLeger"))}
+    plain["mappedFileSizeCommitLog"] = 4096
+    old = [plain] + [{"topic": "OldT", "queueId": i % 2, "keys": [f"o{i}"], "body": f"old {i}"} for i in range(20)]
+    new = [dict(SETTINGS, mappedFileSizeCommitLog=4096, dLegerPeers="n0-127.0.0.1:40953")]
+    new += [{"topic": "OldT", "queueId": i % 2, "keys": [f"n{i}"], "body": f"new {i} " + "z" * i} for i in range(20)]
+    return old, new
+
+
+def build_mixed() -> Built:
+    old, new = _mixed_specs()
+    final = CACHE / f"dledger-mixed-{_digest(CACHE_FORMAT, 'mixed', old, new, oracle_version_stamp('498'))}"
+    args = run_args("498", new[0])
+    if not (final / "manifest.jsonl").is_file():
+        CACHE.mkdir(parents=True, exist_ok=True)
+
+        def make(tmp):
+            statuses = put("498", tmp / "store", old) + put("498", tmp / "store", new)
+            (tmp / "statuses.jsonl").write_text("".join(json.dumps(x) + "\n" for x in statuses))
+            manifest = load("498", tmp / "store", args)
+            (tmp / "manifest.jsonl").write_text("".join(json.dumps(m) + "\n" for m in manifest))
+        _atomic_dir(final, make)
+    return Built("dledger-mixed", "498", final / "store", read_jsonl(final / "statuses.jsonl"),
+                 read_jsonl(final / "manifest.jsonl"), args, settings=new[0])
+
+
 VARIANTS = {"dledger-crash~torn-body": ("dledger-crash", _torn_body),
             "dledger-crash~torn-header": ("dledger-crash", _torn_header)}
-NAMES = [*BASES, *VARIANTS]
+NAMES = [*BASES, *VARIANTS, "dledger-mixed"]
 _built: dict[str, Built] = {}
 
 
@@ -63,7 +106,9 @@ def get(name: str) -> Built:
     if reason:
         pytest.skip(reason)
     if name not in _built:
-        if name in BASES:
+        if name == "dledger-mixed":
+            _built[name] = build_mixed()
+        elif name in BASES:
             _built[name] = build_base(BASES[name])
         else:
             base, damage = VARIANTS[name]
@@ -144,3 +189,6 @@ def test_verify_predicts_dledger_recovery(name):
         assert [w for w in warnings if w["kind"] != "abort_present"] == []
     if not name.endswith(("torn-body", "torn-header")):
         assert errors == [] and res.exit_code == 0
+    if name == "dledger-mixed":  # old commitlog files, then DLedger's data from dividedCommitlogOffset
+        assert info["dividedCommitlogOffset"] > 0 and doc["summary"]["records"] == 40
+        assert any("dividedCommitlogOffset" in n for n in rec["notes"])

@@ -40,7 +40,7 @@ MODE_DLEDGER = "dledger"
 
 
 def _first_entry(cl: DLedgerCommitLog, i: int) -> EntryHeader | None:
-    seg = cl.segments[i]
+    seg = cl.dledger_segments[i]
     r = seg.open(True)
     try:
         ent = read_entry(r, 0)
@@ -52,13 +52,13 @@ def _first_entry(cl: DLedgerCommitLog, i: int) -> EntryHeader | None:
 def _first_entry_ok(cl: DLedgerCommitLog, i: int) -> bool:
     """The pre-check of ``recover()``: file ``i``'s first entry is sound and matches its index unit."""
     ent = _first_entry(cl, i)
-    return ent is not None and index_mismatch(cl.index_unit(ent.index), EntryAt(cl.segments[i], 0, ent)) is None
+    return ent is not None and index_mismatch(cl.index_unit(ent.index), EntryAt(cl.dledger_segments[i], 0, ent)) is None
 
 
 def dledger_start_index(cl: DLedgerCommitLog) -> int:
     """The data file ``recover()`` starts from: the third-from-last, or the nearest earlier one whose first
     entry passes the pre-check (file 0 when none does)."""
-    i = max(0, len(cl.segments) - 3)
+    i = max(0, len(cl.dledger_segments) - 3)
     for j in range(i, -1, -1):
         if _first_entry_ok(cl, j):
             return j
@@ -82,9 +82,13 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
     pred.max_phy_offset_of_consume_queue = max_phy_cq
     checkpoint, _ = read_checkpoint_for_recovery(store)
     pred.checkpoint = checkpoint
-    if not cl.segments:
+    segs = cl.dledger_segments
+    if not segs:
         pred.notes.append("no DLedger data files")
         return pred
+    if segs[0] is not cl.segments[0]:
+        pred.notes.append(f"mixed store: the old commitlog files are read up to dividedCommitlogOffset "
+                          f"{cl.divided_offset}, where DLedger's data begins; only DLedger's files are recovered")
     start = dledger_start_index(cl)
     index_rewrite: list[str] = []
 
@@ -96,11 +100,11 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
 
     hw = cl.header_walk(start, on_entry)
     process = hw.end
-    walk = BrokerWalk(start, cl.segments[start].start, process, records=hw.entries,
+    walk = BrokerWalk(start, segs[start].start, process, records=hw.entries,
                       last_record_offset=hw.last.offset + DLEDGER_BODY_OFFSET if hw.last else None, stop=hw.stop)
     pred.walk = walk
-    pred.start_file = cl.segments[start].name
-    pred.start_offset = cl.segments[start].start
+    pred.start_file = segs[start].name
+    pred.start_offset = segs[start].start
     if index_rewrite:
         pred.notes.append(f"the index disagrees from {index_rewrite[0]}; DLedger rewrites the index units from "
                           "there")
@@ -113,7 +117,7 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
         ent = cl.entry_at_index(committed)
         if ent is not None:
             committed_pos = ent.pos + ent.size
-    pred.max_offset = committed_pos if committed_pos >= 0 else cl.min_offset
+    pred.max_offset = committed_pos if committed_pos >= 0 else cl.divided_offset
     pred.notes.append(f"ledger end index {last.index if last else -1} term {last.term if last else -1}; "
                       f"committedIndex {committed if committed_pos >= 0 else -1} (checkpoint: "
                       f"{dl.committed_index}); RocketMQ reads records up to {pred.max_offset}")

@@ -14,11 +14,13 @@ from rmqdump.codec.dledger import (
     IndexUnit,
     decode_index_unit,
 )
+from rmqdump.codec.layout import STORE_COMMITLOG_DIR
 from rmqdump.codec.record import Blank, Invalid
 from rmqdump.disk.segment import Segment, parse_file_name
+from rmqdump.errors import UnsupportedError
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
 from rmqdump.store.commitlog import CommitLog
-from rmqdump.store.dledger.files import DLEDGER_ENTRY, DLedgerDir, read_entry
+from rmqdump.store.dledger.files import DLEDGER_ENTRY, DLedgerDir, is_dledger_segment, read_entry
 
 
 @dataclass
@@ -61,6 +63,36 @@ class DLedgerCommitLog(CommitLog):
         cl.dledger = dl
         return cl
 
+    def after_old_commitlog(self, old: CommitLog) -> DLedgerCommitLog:
+        """A mixed store: the plain ``commitlog/`` files of the broker before it switched to DLedger, then the
+        data files from ``dividedCommitlogOffset`` (the first data file's start; ``DLedgerCommitLog.recover``
+        reads the old files up to it, their last one sealed with a BLANK). One offset space, walked in order."""
+        divided = self.segments[0].start
+        over = [s for s in old.segments if s.end > divided]
+        if over:
+            raise UnsupportedError(f"mixed store: {STORE_COMMITLOG_DIR}/{over[0].name} runs past the first DLedger data "
+                                   f"file's offset {divided} (dividedCommitlogOffset); not a layout RocketMQ writes",
+                                   over[0].path)
+        problems = list(old.problems) + list(self._found)
+        if old.segments and old.segments[-1].end != divided:
+            problems.append(Finding(ERROR, "segment_gap", str(self.segments[0].path), None,
+                                    f"the old commitlog ends at {old.segments[-1].end}, DLedger's data starts at "
+                                    f"{divided}"))
+        cl = DLedgerCommitLog(old.segments + self.segments, self.file_size or old.file_size, self.location, problems)
+        cl.dledger = self.dledger
+        return cl
+
+    @property
+    def dledger_segments(self) -> list[Segment]:
+        """The DLedger data files (without a mixed store's old commitlog files)."""
+        return [s for s in self.segments if is_dledger_segment(s)]
+
+    @property
+    def divided_offset(self) -> int:
+        """``dividedCommitlogOffset``: where DLedger's data begins (the store's first offset without old files)."""
+        segs = self.dledger_segments
+        return segs[0].start if segs else self.min_offset
+
     @property
     def problems(self) -> list[Finding]:
         if self._checked is None:
@@ -76,8 +108,9 @@ class DLedgerCommitLog(CommitLog):
         """Walk entry headers from the first entry of segment ``start_index`` as ``DLedgerMmapFileStore.recover``
         does (a blank moves to the next file; a refused header, a broken index or term sequence ends it),
         calling ``on_entry(EntryAt)`` for each sound entry."""
-        hw = HeaderWalk(end=self.segments[start_index].start if self.segments else 0)
-        for seg in self.segments[start_index:]:
+        segs = self.dledger_segments
+        hw = HeaderWalk(end=segs[start_index].start if segs else 0)
+        for seg in segs[start_index:]:
             hw.end = seg.start
             r = seg.open(True)
             try:
@@ -190,7 +223,7 @@ def dledger_problems(cl: DLedgerCommitLog) -> list[Finding]:
                                      "here"))
 
     try:
-        hw = cl.header_walk(0, check) if cl.segments else HeaderWalk()
+        hw = cl.header_walk(0, check) if cl.dledger_segments else HeaderWalk()
     finally:
         for r in readers.values():
             r.close()
