@@ -154,6 +154,14 @@ def test_broken_chain_orphans_units_and_crossing_chain(store):
     assert len(cross) == 1 and cross[0]["file"] == "timerwheel"
 
 
+def test_slot_first_pos_not_of_its_slot(store):
+    wheel = read_wheel(store / "timerwheel")
+    chain = next(s for s in wheel.slots.values() if s.num == 3)
+    patch(store / "timerwheel", chain.index * 32 + 8, struct.pack(">q", 208))  # rem-1's unit, another slot
+    found = timer_findings(store)
+    assert [(f["kind"], f["severity"], f["offset"]) for f in found] == [("timer_slot_first", "info", chain.index * 32)]
+
+
 def test_checkpoint_ahead_and_metrics_mismatch(store):
     patch(store / "config" / "timercheck", 8, struct.pack(">q", 5000))
     text = (store / "config" / "timermetrics").read_text().replace('"count":3', '"count":7')

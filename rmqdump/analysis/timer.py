@@ -98,7 +98,8 @@ class TimerEntry:
 @dataclass
 class ChainIssue:
     """A wheel slot whose chain the broker cannot follow as filed: ``kind`` ``dangling`` (a position that is
-    no unit of the log), ``loop`` or ``cross`` (a unit filed under another time)."""
+    no unit of the log), ``loop``, ``cross`` (a unit filed under another time) or ``first`` (its firstPos is no
+    unit of the slot)."""
 
     kind: str
     slot: Slot
@@ -320,6 +321,11 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
     for s in sorted(slots.values(), key=lambda s: s.time_units):
         if s.time_units < read_units or s.time_units % TIMER_WHEEL_SLOTS != s.index or s.last_pos == -1:
             continue
+        fu = units.get(s.first_pos) if s.first_pos in kept else None
+        if fu is None or fu.delayed_ms // precision != s.time_units:
+            st.chain_issues.append(ChainIssue("first", s, s.first_pos, (
+                f"slot {s.index} (time {s.time_ms(precision)}): firstPos {s.first_pos} is no unit of that slot "
+                "(the broker's checkPhyPos re-links and its metrics recount start from the smallest firstPos)")))
         pos, seen = s.last_pos, set()
         while pos != -1 and len(seen) < CHAIN_LIMIT:
             u = units.get(pos)

@@ -40,7 +40,8 @@ def _render(console, doc: dict) -> None:
         ("precision", f"{s['precision_ms']} ms ({_PRECISION[s['precision_source']]})"),
         ("timerlog", f"{s['timerlog_files']} file(s) of {s['timerlog_file_size']} bytes, units end at "
                      f"{s['timerlog_end']}; {s['units']} unit(s)"),
-        ("wheel", "absent (the broker creates an empty one)" if s["wheel_size"] is None
+        ("wheel", "absent: the broker creates an empty one, its recovery re-links slots from the timerlog"
+         if s["wheel_size"] is None
          else f"{s['wheel_size']} bytes, {s['wheel_slots_used']} slot(s) used"),
         ("checkpoint", "absent" if cp is None else
          f"lastReadTimeMs {utc_ms(cp['last_read_time_ms'])}, lastTimerLogFlushPos {cp['last_timer_log_flush_pos']}, "

@@ -82,7 +82,7 @@ Checkpoint, config, abort, lock:
   apache/rocketmq #10668), ``timer_unit_bad_record``, ``timer_wheel_size``, ``timer_log_files``,
   ``timer_unreadable`` (error); ``timer_unit_orphaned``, ``timer_slot_dangling``, ``timer_chain_loop``,
   ``timer_chain_crosses_slot``, ``timer_log_damaged``, ``timer_checkpoint_ahead`` (warning);
-  ``timer_metrics_mismatch`` (info)
+  ``timer_metrics_mismatch``, ``timer_slot_first`` (info)
 DLedger commitlog (``dledger-<id>/``; records are walked inside their entries, a damaged record in a sound entry
 does not end the walk):
   ``dledger_entry`` (error)  an entry header DLedger's recovery stops at (magic, size, pos, index, term)

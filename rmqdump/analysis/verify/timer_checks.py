@@ -15,6 +15,8 @@ start. Every finding names something the broker acts on:
   never delivered;
 * ``timer_slot_dangling`` / ``timer_chain_loop`` / ``timer_chain_crosses_slot`` (warning): a slot's chain
   that leaves the log, loops, or delivers a unit filed for another time;
+* ``timer_slot_first`` (info): a due slot's firstPos that is no unit of that slot: the broker's ``checkPhyPos``
+  (its second re-linking pass) and its metrics recount start from the smallest firstPos;
 * ``timer_checkpoint_ahead`` (warning): ``lastTimerLogFlushPos`` past the end of the timerlog's units:
   units the broker had flushed are gone;
 * ``timer_metrics_mismatch`` (info): ``config/timermetrics`` counts for a topic differ from the units
@@ -47,7 +49,8 @@ from rmqdump.codec.layout import (
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
 from rmqdump.store.checkpoint import ms_to_iso
 
-_CHAIN_KINDS = {"dangling": "timer_slot_dangling", "loop": "timer_chain_loop", "cross": "timer_chain_crosses_slot"}
+_CHAIN_KINDS = {"dangling": "timer_slot_dangling", "loop": "timer_chain_loop", "cross": "timer_chain_crosses_slot",
+                "first": "timer_slot_first"}
 _PROBLEM_SEVERITY = {"timer_unreadable": ERROR, "timer_log_files": ERROR}
 
 
@@ -102,7 +105,8 @@ def check_timer(st: TimerState, *, max_per_kind: int = 1000) -> list[Finding]:
                         f"timer unit due {ms_to_iso(e.bucket_ms)} (commitlog offset {e.unit.offset_py}) is reached by no "
                         f"chain of its wheel slot {e.slot}: the broker never delivers it"))
     for c in st.chain_issues:
-        add(Finding(WARNING, _CHAIN_KINDS[c.kind], STORE_TIMERWHEEL_FILE, _slot_file_pos(c.slot.index), c.detail))
+        add(Finding(INFO if c.kind == "first" else WARNING, _CHAIN_KINDS[c.kind], STORE_TIMERWHEEL_FILE,
+                    _slot_file_pos(c.slot.index), c.detail))
 
     cp = st.checkpoint
     if cp is not None and st.log is not None and st.log.files and cp.last_timer_log_flush_pos > st.log_end:
