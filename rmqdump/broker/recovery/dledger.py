@@ -10,7 +10,8 @@ An index unit that disagrees with its entry does not stop it: the index is rewri
 record CRC is checked. Then ``committedIndex`` comes from ``dledger-<id>/checkpoint`` (capped at the last
 entry; absent: -1) and RocketMQ reads records only up to the end of that entry (``committedPos``). Consume
 queues holding offsets at or past ``processOffset`` are truncated there (``truncateDirtyLogicFiles``);
-nothing is re-dispatched (4.9.8). After an abnormal exit the index files newer than the checkpoint's
+nothing is re-dispatched (4.9.8; 5.3.3 after an abnormal exit re-dispatches every record and truncates the
+consume queues at an offset of its own: :func:`_abnormal_53_end`). After an abnormal exit the index files newer than the checkpoint's
 index timestamp are deleted, as for other stores.
 """
 
@@ -22,7 +23,7 @@ from rmqdump.broker.recovery.consequences import (
     dropped_records,
     index_deletions,
 )
-from rmqdump.broker.recovery.inputs import read_checkpoint_for_recovery
+from rmqdump.broker.recovery.inputs import VERSION_53, read_checkpoint_for_recovery
 from rmqdump.broker.recovery.queues import (
     CqProblem,
     QueueState,
@@ -31,7 +32,10 @@ from rmqdump.broker.recovery.queues import (
     max_phy_offset_of_consume_queue,
 )
 from rmqdump.broker.recovery.walk import BrokerWalk
+from rmqdump.broker.redispatch import redispatch
 from rmqdump.codec.dledger import DLEDGER_BODY_OFFSET, EntryHeader
+from rmqdump.codec.record import Message
+from rmqdump.disk.segment import Segment
 from rmqdump.store.dledger.files import read_entry
 from rmqdump.store.dledger.log import DLedgerCommitLog, EntryAt, index_mismatch
 from rmqdump.store.root import Store
@@ -125,9 +129,17 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
         pred.notes.append(f"entries after committedIndex ({committed_pos}..{process}) stay on disk but RocketMQ "
                           "reads no record of them until DLedger commits them")
     pred.truncated_file, pred.deleted_commitlog_files = commitlog_truncation(cl, process)
-    pred.cq_truncated = max_phy_cq >= process
+    cq_end = process
+    if abnormal and pred.version == VERSION_53:
+        cq_end = _abnormal_53_end(cl, segs[-1], use_mmap)
+        pred.notes.append(f"5.3.3 abnormal recovery re-dispatches every record and then truncates the consume queues "
+                          f"at {cq_end}: the last data file's start plus its records' sizes without their 48-byte "
+                          f"entry headers (DLedger's data ends at {process})")
+        pred.redispatched = redispatch(cl, queue_states, start_index=cl.segments.index(segs[0]), end_offset=cq_end,
+                                       use_mmap=use_mmap)
+    pred.cq_truncated = max_phy_cq >= cq_end
     for st in queue_states:
-        qt = cq_truncation(st, process, pred.cq_truncated)
+        qt = cq_truncation(st, cq_end, pred.cq_truncated)
         if qt.count:
             pred.queues.append(qt)
     if list_dropped:
@@ -139,6 +151,20 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
         pred.notes.append("DLedger's recovery re-dispatches nothing: index entries of the deleted index files are "
                           "lost")
     return pred
+
+
+def _abnormal_53_end(cl: DLedgerCommitLog, last: Segment, use_mmap: bool) -> int:
+    """``DLedgerCommitLog.dledgerRecoverAbnormally`` (5.3.3): no data file passes ``isMmapFileMatchedRecover`` (it
+    looks for a record magic at byte 4, where an entry keeps its size), the walk reads records with
+    ``checkMessageAndReturnSize`` to the first one that fails and counts each record's own size: its
+    processOffset is the last file's start plus the sizes of the records read there (short of the entries'
+    ends by 48 bytes per entry), and the consume queues are truncated there."""
+    end = last.start
+    for rec in cl.walk(start=last.start, end=last.end, check_crc=True, read_body=False, use_mmap=use_mmap):
+        if not isinstance(rec, Message):
+            break
+        end += rec.size
+    return end
 
 
 def _ledger_begin(cl: DLedgerCommitLog) -> int:
