@@ -17,7 +17,24 @@ if TYPE_CHECKING:
 
 DOC_EXAMPLES = [["bundle", "fixtures/store", "--to", "/tmp/rmqdump-bundle.tar.gz"]]
 
-MEMBER_COLUMNS = [Column("name", "member", "wrap", 0, None, 24), Column("size", "bytes", "num", 0, justify="right")]
+MEMBER_COLUMNS = [Column("name", "member", "wrap", 0, None, 24), Column("what", "holds", "wrap", 0, None, 24)]
+WHAT = {
+    "layout.json": "every file and directory: size, mtime, allocated bytes, sparse or not",
+    "geometry.json": "file sizes the store is laid out with",
+    "checkpoint.json": "the checkpoint's fields",
+    "info.json": "rmqdump info -f json",
+    "verify.json": "rmqdump verify -f json, with its exit code",
+    "evidence.json": "sha256, size and mtime of every file info and verify read",
+    "manifest.json": "rmqdump, Python and platform versions; what was stripped or left out",
+}
+
+
+def _what(name: str) -> str:
+    if name.startswith("config/"):
+        return "secrets stripped"
+    if name.startswith("data/"):
+        return "the store's file, as is (--with-data)"
+    return WHAT.get(name, "")
 
 
 def render(console: Console, doc: dict) -> None:
@@ -26,7 +43,7 @@ def render(console: Console, doc: dict) -> None:
     console.print(Text(escape_control(f"bundle of {doc['store']} written to {doc['bundle']}"
                                       + (" (with the store's data)" if doc["with_data"] else " (no store data)")),
                        style="bold"))
-    print_table(console, MEMBER_COLUMNS, [(m["name"], m["size"]) for m in doc["members"]])
+    print_table(console, MEMBER_COLUMNS, [(m["name"], _what(m["name"])) for m in doc["members"]])
 
 
 @click.command()

@@ -19,15 +19,17 @@ if TYPE_CHECKING:
 DOC_EXAMPLES = [["fingerprint", "fixtures/store"]]
 #: the largest --against file read (a fingerprint of a store with a million queue files is ~200 MB)
 MAX_AGAINST_BYTES = 1 << 30
+#: hex digits of a digest a table shows (128 bits; -f json has all 64)
+SHOWN = 32
 
 SEGMENT_COLUMNS = [
     Column("file", "segment", "fixed", 0), Column("used", "used bytes", "num", 0, justify="right"),
     Column("records", "records", "num", 1, justify="right"), Column("end", "end", "fixed", 2),
-    Column("digest", "digest (blake2b-256)", "fixed", 0),
+    Column("digest", "digest (first 32 hex)", "fixed", 0),
 ]
 QUEUE_COLUMNS = [
     Column("queue", "queue", "wrap", 0, None, 20), Column("files", "files", "num", 1, justify="right"),
-    Column("entries", "entries", "num", 0, justify="right"), Column("digest", "digest of its files", "fixed", 0),
+    Column("entries", "entries", "num", 0, justify="right"), Column("digest", "its files' digest (32 hex)", "fixed", 0),
 ]
 DIFF_COLUMNS = [
     Column("part", "part", "fixed", 0), Column("name", "where", "wrap", 0, None, 20),
@@ -51,14 +53,14 @@ def render(console: Console, doc: dict) -> None:
     console.print(Text(escape_control(f"fingerprint of {doc['store']} ({doc['algorithm']}; rmqdump {doc['version']})"),
                        style="bold"))
     cl = doc["commitlog"]
-    print_table(console, SEGMENT_COLUMNS, [(s["file"], s["used"], s["records"], s["end"], s["digest"])
+    print_table(console, SEGMENT_COLUMNS, [(s["file"], s["used"], s["records"], s["end"], s["digest"][:SHOWN])
                                            for s in cl["segments"]],
                 title=f"commitlog segments (file size {cl['file_size']}; bytes in use up to the last record)")
     for part in ("consumequeue", "batchconsumequeue"):
         qs = (doc.get(part) or {}).get("queues") or []
         if qs:
             print_table(console, QUEUE_COLUMNS, [(f"{q['topic']}/{q['queue_id']}", len(q["files"]),
-                                                  sum(f["entries"] for f in q["files"]), _queue_digest(q["files"]))
+                                                  sum(f["entries"] for f in q["files"]), _queue_digest(q["files"])[:SHOWN])
                                                  for q in qs], title=f"{part} (per-file digests: -f json)")
         for e in (doc.get(part) or {}).get("errors") or []:
             console.print(Text(escape_control(e), style="red"))
