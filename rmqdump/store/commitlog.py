@@ -271,7 +271,7 @@ class Walk:
             if pos >= next_release:
                 r.release(pos - (1 << 20))
                 next_release = pos + _RELEASE_EVERY
-            if self.end is not None and seg.start + pos >= self.end:
+            if self.end is not None and seg.start + pos + DLEDGER_BODY_OFFSET >= self.end:  # its record's offset
                 self.stop = Invalid(seg.start + pos, seg.name, pos, END_OF_DATA, f"reached --to-offset {self.end}")
                 return True
             if pos >= r.size:

@@ -5,7 +5,6 @@ walked as DLedger's recovery walks them, and the cross-checks of the index units
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from rmqdump.codec.dledger import (
     DLEDGER_INDEX_FILE_SIZE,
@@ -158,23 +157,27 @@ class DLedgerCommitLog(CommitLog):
 
     # --- the index units --------------------------------------------------------------------------------
     def index_files(self) -> list[Segment]:
-        d = self.dledger.index_dir
-        try:
-            paths = sorted(p for p in d.iterdir() if parse_file_name(p.name) is not None and p.is_file())
-        except OSError:
-            return []
-        return [Segment(p, parse_file_name(p.name), p.stat().st_size) for p in paths]
+        """The files of ``dledger-<id>/index/`` (listed once)."""
+        if getattr(self, "_index_files", None) is None:
+            d = self.dledger.index_dir
+            try:
+                paths = sorted(p for p in d.iterdir() if parse_file_name(p.name) is not None and p.is_file())
+            except OSError:
+                paths = []
+            self._index_files = [Segment(p, parse_file_name(p.name), p.stat().st_size) for p in paths]
+            self._index_readers: dict = {}
+        return self._index_files
 
     def index_unit(self, index: int) -> IndexUnit | None:
-        """The 32-byte unit of entry ``index`` (None: no index file holds it)."""
+        """The 32-byte unit of entry ``index`` (None: no index file holds it). Index files stay open (read
+        through pread) for the next unit."""
         at = index * DLEDGER_INDEX_UNIT
         for seg in self.index_files():
             if seg.start <= at and at + DLEDGER_INDEX_UNIT <= seg.end:
-                r = seg.open(False)
-                try:
-                    return decode_index_unit(r.read(at - seg.start, DLEDGER_INDEX_UNIT))
-                finally:
-                    r.close()
+                r = self._index_readers.get(seg.path)
+                if r is None:
+                    r = self._index_readers[seg.path] = seg.open(False)
+                return decode_index_unit(r.read(at - seg.start, DLEDGER_INDEX_UNIT))
         return None
 
 
@@ -202,32 +205,20 @@ def dledger_problems(cl: DLedgerCommitLog) -> list[Finding]:
             out.append(Finding(ERROR, "dledger_index_file", f"{base}/index/{s.name}", None,
                                f"size {s.size}, not DLedger's {DLEDGER_INDEX_FILE_SIZE}: DLedger's load fails "
                                "(the broker exits)"))
-    readers: dict[Path, object] = {}
     bad_units: list[Finding] = []
 
     def check(e: EntryAt) -> None:
-        if len(bad_units) >= 100:
-            return
-        at = e.header.index * DLEDGER_INDEX_UNIT
-        unit = None
-        for s in idx_files:
-            if s.start <= at and at + DLEDGER_INDEX_UNIT <= s.start + s.size:
-                r = readers.get(s.path) or readers.setdefault(s.path, s.open(True))
-                unit = decode_index_unit(r.read(at - s.start, DLEDGER_INDEX_UNIT))
-                break
-        why = index_mismatch(unit, e)
+        if bad_units:
+            return  # DLedger rewrites the index from the first mismatch on: one finding says it
+        why = index_mismatch(cl.index_unit(e.header.index), e)
         if why is not None:
             name = f"{base}/index/{idx_files[0].name}" if idx_files else f"{base}/index"
-            bad_units.append(Finding(ERROR, "dledger_index_mismatch", name, at,
+            bad_units.append(Finding(ERROR, "dledger_index_mismatch", name, e.header.index * DLEDGER_INDEX_UNIT,
                                      f"{why} (entry at {e.offset}): DLedger's recovery rewrites the index from "
                                      "here"))
 
-    try:
-        hw = cl.header_walk(0, check) if cl.dledger_segments else HeaderWalk()
-    finally:
-        for r in readers.values():
-            r.close()
-    out += bad_units[:1]  # DLedger rewrites the index from the first mismatch on: one finding says it
+    hw = cl.header_walk(0, check) if cl.dledger_segments else HeaderWalk()
+    out += bad_units
     if hw.stop is not None and hw.stop.kind == DLEDGER_ENTRY and hw.stop.file_pos == 0:
         out.append(Finding(ERROR, DLEDGER_ENTRY, f"{base}/data/{hw.stop.file}", hw.stop.offset, hw.stop.detail))
     last = hw.last.header if hw.last else None
