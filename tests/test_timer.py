@@ -170,6 +170,16 @@ def test_checkpoint_ahead_and_metrics_mismatch(store):
     assert kinds == {("timer_checkpoint_ahead", "warning"), ("timer_metrics_mismatch", "info")}
 
 
+def test_read_time_after_now(store):
+    """A checkpoint whose lastReadTimeMs is a day after --now: nothing is delivered before then."""
+    from rmqdump.cli.options import parse_time
+
+    patch(store / "config" / "timercheck", 0, struct.pack(">q", parse_time(NOW, "now") + 86_400_000))
+    code, doc = timer_json(store)
+    assert code == 1 and {f["kind"] for f in doc["findings"]} == {"timer_read_time_ahead", "timer_metrics_mismatch"}
+    assert doc["summary"]["states"]["delivered"] == 6  # the broker takes every slot before it as done
+
+
 @pytest.mark.parametrize("damage", ["wheel-size", "log-short", "log-magic", "metrics-garbage", "log-fifo",
                                     "sparse-log"])
 def test_hostile_timer_files_are_findings_not_tracebacks(store, damage):

@@ -19,6 +19,8 @@ start. Every finding names something the broker acts on:
   (its second re-linking pass) and its metrics recount start from the smallest firstPos;
 * ``timer_checkpoint_ahead`` (warning): ``lastTimerLogFlushPos`` past the end of the timerlog's units:
   units the broker had flushed are gone;
+* ``timer_read_time_ahead`` (warning): the checkpoint's ``lastReadTimeMs`` is over a minute after now: the
+  dequeue waits for the clock to get there, and every slot before it counts as delivered;
 * ``timer_metrics_mismatch`` (info): ``config/timermetrics`` counts for a topic differ from the units
   waiting in the log (what ``checkAndReviseMetrics`` would reset them to).
 """
@@ -51,6 +53,7 @@ from rmqdump.store.checkpoint import ms_to_iso
 
 _CHAIN_KINDS = {"dangling": "timer_slot_dangling", "loop": "timer_chain_loop", "cross": "timer_chain_crosses_slot",
                 "first": "timer_slot_first"}
+READ_TIME_SLACK_MS = 60_000  # clocks of the broker and of this machine may differ a little
 _PROBLEM_SEVERITY = {"timer_unreadable": ERROR, "timer_log_files": ERROR}
 
 
@@ -113,6 +116,11 @@ def check_timer(st: TimerState, *, max_per_kind: int = 1000) -> list[Finding]:
         out.append(Finding(WARNING, "timer_checkpoint_ahead", f"{STORE_CONFIG_DIR}/{TIMER_CHECK_FILE}", 8,
                            f"lastTimerLogFlushPos {cp.last_timer_log_flush_pos} is past the end of the timerlog's "
                            f"units ({st.log_end}): units the broker had flushed are gone"))
+    if cp is not None and cp.last_read_time_ms > st.now_ms + READ_TIME_SLACK_MS:
+        out.append(Finding(WARNING, "timer_read_time_ahead", f"{STORE_CONFIG_DIR}/{TIMER_CHECK_FILE}", 0,
+                           f"lastReadTimeMs {ms_to_iso(cp.last_read_time_ms)} is after now ({ms_to_iso(st.now_ms)}): "
+                           "the broker's dequeue waits until its clock gets there and treats every slot before it "
+                           "as delivered"))
     out += _metrics(st)
     return out
 
