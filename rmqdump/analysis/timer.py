@@ -374,7 +374,7 @@ def _judge_record(e: TimerEntry, decode, commitlog_end: int | None) -> None:
     u = e.unit
     if commitlog_end is not None and u.offset_py + u.size_py > commitlog_end:
         e.record = REC_BEYOND
-        e.record_detail = (f"commitlog offset {u.offset_py} + {u.size_py} is past the commitlog end "
+        e.record_detail = (f"commitlog offset {u.offset_py} + {u.size_py} bytes, past the commitlog end "
                            f"{commitlog_end}")
         return
     if decode is None:

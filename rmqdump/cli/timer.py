@@ -25,6 +25,10 @@ BUCKET_COLUMNS = [
     Column("topics", "TOPICS", "wrap", 0, None, 20),
 ]
 
+FINDING_COLUMNS = [
+    Column("severity", "SEVERITY", "fixed", 0), Column("location", "LOCATION", "fixed", 0),
+    Column("kind", "KIND", "fixed", 0), Column("detail", "DETAIL", "wrap", 0, None, 30),
+]
 
 _PRECISION = {"given": "--precision-ms", "wheel": "inferred from the wheel",
               "default": "RocketMQ's default; the wheel does not show it"}
@@ -71,10 +75,9 @@ def _render(console, doc: dict) -> None:
         print_table(console, ENTRY_COLUMNS, rows, title=f"timer units ({len(rows)})")
     if doc["findings"]:
         console.print()
-        for f in doc["findings"]:
-            where = f["file"] + (f"@{f['offset']}" if f["offset"] is not None else "")
-            style = {"error": "red", "warning": "yellow"}.get(f["severity"])
-            console.print(Text(f"{f['severity']}: {f['kind']}: {where}: {f['detail']}", style=style or ""))
+        rows = [(f["severity"], f["file"] + (f":{f['offset']}" if f["offset"] is not None else ""), f["kind"],
+                 f["detail"]) for f in doc["findings"]]
+        print_table(console, FINDING_COLUMNS, rows, title=Text(f"findings ({len(rows)})", style="bold"))
 
 
 @click.command()
