@@ -8,6 +8,7 @@ import click
 
 from rmqdump.cli.options import access_options, now_option, parse_time, report_output_options, store_argument
 from rmqdump.cli.output import Column, default_format, diag, emit_document, print_table, utc_ms
+from rmqdump.errors import RmqdumpError
 from rmqdump.findings import ERROR, WARNING
 from rmqdump.store.root import Store
 
@@ -119,7 +120,7 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
     try:
         pred, _ = predict_recovery_auto(st, check_crc=True, use_mmap=not no_mmap, list_limit=0, list_dropped=False)
         commitlog_end = pred.max_offset
-    except Exception as e:  # noqa: BLE001 - any failure only loses the past-the-end check
+    except RmqdumpError as e:  # the records are then judged where they lie
         if not quiet:
             diag(f"commitlog end after recovery unknown ({e}): records are judged where they lie", "yellow")
     cache = RecordCache(st.commitlog, not no_mmap)
