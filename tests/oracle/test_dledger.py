@@ -48,7 +48,8 @@ def _spec(port: int, n: int = 260) -> tuple[str, ...]:
 # one port per base: put runs the member's RPC server (builds may run in parallel)
 BASES = {"dledger-clean": Base("dledger-clean", "498", _spec(40951)),
          "dledger-crash": Base("dledger-crash", "498", _spec(40952), ("--crash",)),
-         "dledger-533-crash": Base("dledger-533-crash", "533", _spec(40954), ("--crash",))}
+         "dledger-533-crash": Base("dledger-533-crash", "533", _spec(40954), ("--crash",)),
+         "dledger-no-dispatch": Base("dledger-no-dispatch", "498", _spec(40955), ("--crash-no-dispatch",))}
 
 
 def _last_entry(b: Built) -> tuple[str, int, int]:
@@ -128,12 +129,14 @@ def test_scan_equals_rocketmq(name):
     assert b.info["load_ok"]
     end = b.info["commitlog_max_offset_after_recovery"]
     expected = {m["commitLogOffset"]: expected_row(m) for m in b.of("message")}
-    assert expected and max(expected) < end
+    assert all(off < end for off in expected)
     res = invoke("scan", b.store, "-f", "jsonl", "--body", "base64", "-q")
-    got = {}
-    for line in res.stdout.splitlines():
-        r = json.loads(line)
-        got[r["offset"]] = {k: r.get(k) for k in next(iter(expected.values()))}
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    # past committedPos RocketMQ reads no record: scan shows the uncommitted entries' records still on disk
+    uncommitted = [m["commitLogOffset"] for m in b.of("dledger_entry") if not m["committed"]]
+    assert [r["offset"] for r in rows if r["offset"] >= end] == uncommitted
+    got = {r["offset"]: {k: r.get(k) for k in expected_row(b.of("message")[0])} if expected else {}
+           for r in rows if r["offset"] < end}
     assert sorted(got) == sorted(expected), "records found differ"
     for off, exp in expected.items():
         exp = dict(exp, file=exp["file"].rsplit("/", 1)[-1])
@@ -156,7 +159,8 @@ def test_verify_predicts_dledger_recovery(name):
     # DLedger's processOffset (the data end after recovery) and RocketMQ's read end (committedPos)
     assert rec["truncated_file"]["file"] == [f for f in info["data_files"]][-1]["file"].rsplit("/", 1)[-1]
     assert rec["truncated_file"]["position"] == info["data_files"][-1]["wrotePosition"]
-    assert rec["max_offset"] == info["committedPos"] == b.info["commitlog_max_offset_after_recovery"]
+    assert rec["max_offset"] == b.info["commitlog_max_offset_after_recovery"]
+    assert info["committedPos"] in (rec["max_offset"], -1)  # -1: nothing committed, RocketMQ reads from 0
     entries = [m for m in b.manifest if m["type"] == "dledger_entry"]
     assert rec["records_walked"] == len(entries) == info["ledgerEndIndex"] + 1
     # abnormal load: the index files RocketMQ no longer lists are the ones verify says it deletes
@@ -192,6 +196,9 @@ def test_verify_predicts_dledger_recovery(name):
                                                  "index_header_mismatch"}
     if not name.endswith("torn-header"):
         assert [w for w in warnings if w["kind"] != "abort_present"] == []
+    if name.endswith("no-dispatch"):  # DLedger's checkpoint was not flushed: committedIndex -1
+        assert info["committedIndex"] == -1 and rec["max_offset"] == 0
+        assert [f["kind"] for f in doc["findings"] if f["kind"].startswith("dledger_")] == ["dledger_uncommitted"]
     if not name.endswith(("torn-body", "torn-header")):
         assert errors == [] and res.exit_code == 0
     if name == "dledger-mixed":  # old commitlog files, then DLedger's data from dividedCommitlogOffset
