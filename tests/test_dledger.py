@@ -185,3 +185,20 @@ def test_offset_ranges_name_records(dledger_store):
     assert [r["offset"] for r in rows] == offs[5:8]
     res = run("lookup", dledger_store, "--key", "dk12", "-f", "jsonl")
     assert res.exit_code == 0 and "does not cover" not in res.stderr and "commitlog scan" not in res.stderr
+
+
+def test_data_files_given_alone(dledger_store, tmp_path):
+    """A DLedger data file given alone (in its folder, or copied anywhere: its first entry header says what it
+    is) is read entry by entry; without index and checkpoint every entry counts as committed."""
+    first = [e["commitLogOffset"] for e in ENTRIES if e["file"].endswith(DATA0.rsplit("/", 1)[-1])]
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "00000000000000000000").write_bytes((dledger_store / DATA0).read_bytes())
+    for path in (dledger_store / DATA0, lone / "00000000000000000000", dledger_store / "dledger-n0" / "data"):
+        rows = scan_rows(path)
+        assert [r["offset"] for r in rows][:len(first)] == first
+    doc, code = verify_doc(lone / "00000000000000000000")
+    assert code == 0 and [f for f in doc["findings"] if f["severity"] != "info"] == []
+    assert doc["recovery"]["mode"] == "dledger" and doc["recovery"]["records_walked"] == len(first)
+    last = ENTRIES[len(first) - 1]
+    assert doc["recovery"]["max_offset"] == last["pos"] + last["size"]

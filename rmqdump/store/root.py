@@ -19,7 +19,7 @@ from rmqdump.codec.layout import (
 from rmqdump.disk.segment import parse_file_name
 from rmqdump.errors import StoreError
 from rmqdump.store.commitlog import CommitLog
-from rmqdump.store.dledger.files import find_dledger, has_data_files
+from rmqdump.store.dledger.files import find_dledger, has_data_files, is_dledger_segment
 
 _PARTS = {
     "consumequeue": STORE_CONSUMEQUEUE_DIR,
@@ -64,6 +64,10 @@ class Store:
         else:
             root = None
         cl = CommitLog.open(p if root is None else root / STORE_COMMITLOG_DIR)
+        if root is None and cl.segments and is_dledger_segment(cl.segments[0]):
+            from rmqdump.store.dledger.log import DLedgerCommitLog
+
+            cl = DLedgerCommitLog.files_only(cl)  # DLedger data files given alone (no index, no checkpoint)
         return cls(cl, root)._find_parts()
 
     @classmethod

@@ -63,6 +63,8 @@ def dledger_start_index(cl: DLedgerCommitLog) -> int:
     """The data file ``recover()`` starts from: the third-from-last, or the nearest earlier one whose first
     entry passes the pre-check (file 0 when none does)."""
     i = max(0, len(cl.dledger_segments) - 3)
+    if cl.dledger.files_only:
+        return i  # no index to check first entries against
     for j in range(i, -1, -1):
         if _first_entry_ok(cl, j):
             return j
@@ -113,10 +115,15 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
         pred.notes.append(f"the index disagrees from {index_rewrite[0]}; DLedger rewrites the index units from "
                           "there")
     last = hw.last.header if hw.last else None
-    committed = dl.committed_index
+    committed = last.index if dl.files_only and last is not None else dl.committed_index
+    if dl.files_only:
+        pred.notes.append("only DLedger data files given: no index, checkpoint or abort file; every entry is taken "
+                          "as committed")
     begin = _ledger_begin(cl)
     committed_pos = -1
-    if last is not None and committed is not None and committed != -1 and committed >= begin:
+    if dl.files_only and hw.last is not None:
+        committed_pos = hw.last.end
+    elif last is not None and committed is not None and committed != -1 and committed >= begin:
         committed = min(committed, last.index)
         ent = cl.entry_at_index(committed)
         if ent is not None:

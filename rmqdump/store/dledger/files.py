@@ -39,6 +39,7 @@ class DLedgerDir:
     checkpoint: dict[str, str] | None = None  # None: no file
     currterm: dict[str, str] | None = None
     problems: list[str] = field(default_factory=list)
+    files_only: bool = False  # only data files were given: no index, checkpoint or currterm to read
 
     @property
     def data_dir(self) -> Path:

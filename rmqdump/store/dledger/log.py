@@ -14,7 +14,7 @@ from rmqdump.codec.dledger import (
     decode_index_unit,
 )
 from rmqdump.codec.layout import STORE_COMMITLOG_DIR
-from rmqdump.codec.record import Blank, Invalid
+from rmqdump.codec.record import END_OF_DATA, Blank, Invalid
 from rmqdump.disk.segment import Segment, parse_file_name
 from rmqdump.errors import UnsupportedError
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
@@ -61,6 +61,14 @@ class DLedgerCommitLog(CommitLog):
         cl = cls.from_directory(dl.data_dir)
         cl.dledger = dl
         return cl
+
+    @classmethod
+    def files_only(cls, cl: CommitLog) -> DLedgerCommitLog:
+        """DLedger data files given alone (a file or a folder, without their store): read as entries; no index
+        unit, checkpoint or currterm is checked, every entry counts as committed."""
+        out = cls(cl.segments, cl.file_size, cl.location, cl.problems)
+        out.dledger = DLedgerDir(cl.segments[0].path.parent.parent, "", files_only=True)
+        return out
 
     def after_old_commitlog(self, old: CommitLog) -> DLedgerCommitLog:
         """A mixed store: the plain ``commitlog/`` files of the broker before it switched to DLedger, then the
@@ -115,7 +123,7 @@ class DLedgerCommitLog(CommitLog):
             try:
                 pos = 0
                 while True:
-                    ent = read_entry(r, pos) if pos < r.size else Invalid(seg.end, seg.name, pos, "end_of_data",
+                    ent = read_entry(r, pos) if pos < r.size else Invalid(seg.end, seg.name, pos, END_OF_DATA,
                                                                         "end of file")
                     if isinstance(ent, Blank):
                         hw.end = seg.end
@@ -138,6 +146,9 @@ class DLedgerCommitLog(CommitLog):
                     hw.end = seg.start + pos
             finally:
                 r.close()
+        if segs[start_index:]:
+            last = segs[-1]
+            hw.stop = Invalid(last.end, last.name, last.size, END_OF_DATA, "the last data file ends with its blank")
         return hw
 
     def entry_at_index(self, index: int) -> EntryHeader | None:
@@ -197,6 +208,11 @@ def dledger_problems(cl: DLedgerCommitLog) -> list[Finding]:
     """The DLedger checks of a whole data-file list: entries continuous across files, every entry's index
     unit equal to its header, the index file's size, ``checkpoint`` and ``currterm`` against the entries."""
     dl = cl.dledger
+    if dl.files_only:
+        hw = cl.header_walk(0)
+        stop = hw.stop
+        return [] if stop is None or stop.kind != DLEDGER_ENTRY or stop.file_pos else [
+            Finding(ERROR, DLEDGER_ENTRY, str(cl.segment_for(stop.offset).path), stop.offset, stop.detail)]
     base = str(dl.path)  # joined like the discovery's file names: verify makes them relative to the root
     out: list[Finding] = [Finding(WARNING, "dledger_text_file", base, None, p) for p in dl.problems]
     idx_files = cl.index_files()
