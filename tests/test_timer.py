@@ -227,13 +227,19 @@ def test_readers_raise_rmqdump_errors(tmp_path):
     assert code == 2 and "timer prints one document" in out
 
 
-def test_timer_topic_records_not_yet_in_the_timerlog(store):
-    """The checkpoint's lastTimerQueueOffset behind the timer topic's queue: those records are not units yet."""
+def test_where_the_timer_enqueue_resumes(store):
+    """recover(): the last unit's record's queue offset + 1, at most the checkpoint's masterTimerQueueOffset
+    (a slave's checkpoint keeps 0 there): records from there on are filed again, the ones with units twice."""
     _, doc = timer_json(store)
-    assert (doc["summary"]["timer_queue_max_offset"], doc["summary"]["not_enqueued"]) == (6, 0)
-    patch(store / "config" / "timercheck", 16, struct.pack(">q", 4))
-    _, doc = timer_json(store)
-    assert doc["summary"]["not_enqueued"] == 2
+    s = doc["summary"]
+    assert (s["timer_queue_max_offset"], s["last_unit_queue_offset"], s["enqueue_from"], s["not_enqueued"]) == (6, 5, 6, 0)
+    patch(store / "config" / "timercheck", 16, struct.pack(">q", 2))  # lastTimerQueueOffset: not used here
+    assert timer_json(store)[1]["summary"]["enqueue_from"] == 6
+    patch(store / "config" / "timercheck", 24, struct.pack(">q", 4))  # masterTimerQueueOffset
+    code, doc = timer_json(store)
+    s = doc["summary"]
+    assert (s["enqueue_from"], s["not_enqueued"], s["enqueued_again"]) == (4, 2, 2)
+    assert code == 1 and [(f["kind"], f["offset"]) for f in doc["findings"]] == [("timer_enqueued_again", 24)]
 
 
 def test_lookup_shows_a_timer_messages_state(store):

@@ -37,6 +37,7 @@ from rmqdump.codec.layout import (
     STORE_TIMERWHEEL_FILE,
     TIMER_BLANK_SLOTS,
     TIMER_CHECK_FILE,
+    TIMER_LOG_UNIT_SIZE,
     TIMER_PRECISION_MS,
     TIMER_SLOTS_TOTAL,
     TIMER_TOPIC,
@@ -130,14 +131,25 @@ class TimerState:
     problems: list[tuple[str, str, int | None, str]] = field(default_factory=list)  # (kind, file, offset, detail)
     commitlog_end: int | None = None
     timer_queue_max: int | None = None  # max offset of consumequeue/rmq_sys_wheel_timer/0 after recovery
+    enqueue_from: int | None = None  # the timer queue offset the broker's enqueue resumes at
+    last_unit_queue_offset: int | None = None  # the timer queue offset of the last unit's record
 
     @property
     def not_enqueued(self) -> int | None:
-        """Timer-topic records past the checkpoint's ``lastTimerQueueOffset``: not in the timerlog yet (the
-        timer enqueues them when the broker starts)."""
-        if self.timer_queue_max is None or self.checkpoint is None:
+        """Timer-topic records from where the enqueue resumes: not in the timerlog yet, or again."""
+        if self.timer_queue_max is None or self.enqueue_from is None:
             return None
-        return max(0, self.timer_queue_max - self.checkpoint.last_timer_queue_offset)
+        return max(0, self.timer_queue_max - self.enqueue_from)
+
+    @property
+    def enqueued_again(self) -> int:
+        """Records that already have a unit and that the resumed enqueue files again (delivered twice)."""
+        if self.enqueue_from is None or self.last_unit_queue_offset is None:
+            return 0
+        end = self.last_unit_queue_offset + 1
+        if self.timer_queue_max is not None:
+            end = min(end, self.timer_queue_max)
+        return max(0, end - self.enqueue_from)
 
     @property
     def pending(self) -> list[TimerEntry]:
@@ -168,7 +180,9 @@ class TimerState:
             "checkpoint": cp.to_dict() if cp else None,
             "metrics": dict(self.metrics.counts) if self.metrics else None,
             "commitlog_end": self.commitlog_end,
-            "timer_queue_max_offset": self.timer_queue_max, "not_enqueued": self.not_enqueued,
+            "timer_queue_max_offset": self.timer_queue_max, "enqueue_from": self.enqueue_from,
+            "last_unit_queue_offset": self.last_unit_queue_offset, "not_enqueued": self.not_enqueued,
+            "enqueued_again": self.enqueued_again,
         }
 
 
@@ -181,14 +195,48 @@ def has_timer_store(root: str | os.PathLike | None) -> bool:
                                     r / STORE_CONFIG_DIR / TIMER_CHECK_FILE))
 
 
-def timer_queue_max(root: str | os.PathLike) -> int | None:
-    """``getMaxOffsetInQueue`` of the timer topic's queue 0 (None: no such queue or unreadable)."""
+def timer_queue_bounds(root: str | os.PathLike) -> tuple[int, int] | None:
+    """(min, max) offset of the timer topic's queue 0 after recovery (None: no such queue or unreadable)."""
     from rmqdump.store.consumequeue import ConsumeQueue
 
     try:
-        return ConsumeQueue.open(root, TIMER_TOPIC, 0, strict=False).max_offset
+        q = ConsumeQueue.open(root, TIMER_TOPIC, 0, strict=False)
+        return q.min_offset(), q.max_offset
     except RmqdumpError:
         return None
+
+
+def predicted_queue_end(pred) -> int | None:
+    """The timer topic's queue max offset after a :class:`~rmqdump.broker.recovery.RecoveryPrediction`
+    (re-dispatch included), None if the prediction does not name that queue."""
+    name = f"{TIMER_TOPIC}/0"
+    for q in getattr(pred, "redispatched", ()):
+        if q.queue == name:
+            return q.new_end
+    for q in getattr(pred, "queues", ()):
+        if q.queue == name:
+            return min(q.new_end, q.dropped[0][0]) if q.dropped else q.new_end
+    return None
+
+
+def _enqueue_from(st: TimerState, units: dict[int, TimerUnit], decode, bounds: tuple[int, int] | None) -> None:
+    """``recover``'s queue offset: the last unit's record's queue offset + 1 (``reviseQueueOffset``), else the
+    checkpoint's lastTimerQueueOffset; at most masterTimerQueueOffset; within the queue's bounds."""
+    cp = st.checkpoint
+    if cp is None:
+        return
+    last = units.get(st.log_end - TIMER_LOG_UNIT_SIZE)
+    readable = last is not None and (st.commitlog_end is None or last.offset_py + last.size_py <= st.commitlog_end)
+    m = decode(last.offset_py) if readable and decode is not None else None
+    if isinstance(m, Message) and m.size == last.size_py:
+        st.last_unit_queue_offset = m.queue_offset
+        curr = m.queue_offset + 1
+    else:
+        curr = cp.last_timer_queue_offset
+    curr = min(curr, cp.master_timer_queue_offset)
+    if bounds is not None:
+        curr = min(max(curr, bounds[0]), bounds[1])
+    st.enqueue_from = curr
 
 
 def _infer_precision(wheel: TimerWheelFile | None, units: dict[int, TimerUnit]) -> int | None:
@@ -231,12 +279,15 @@ def _revise(slots: dict[int, Slot], u: TimerUnit, precision: int) -> None:
 
 def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int | None = None,
                      decode: Callable[[int], Message | object] | None = None,
-                     commitlog_end: int | None = None, decode_all: bool = False) -> TimerState:
+                     commitlog_end: int | None = None, decode_all: bool = False,
+                     queue_end: int | None = None) -> TimerState:
     """Read ``root``'s timer store and judge every unit (see the module docstring).
 
     ``decode(offset)`` reads the commitlog record at an offset (a :class:`Message` or anything else for
     none); ``commitlog_end`` is where the broker's commitlog ends after its recovery (None: unknown).
     Records are read for the units the broker will read (pending, orphaned), for all with ``decode_all``.
+    ``queue_end``: the timer topic's queue max offset after the broker's recovery (:func:`predicted_queue_end`;
+    None: as on disk).
     Unreadable parts become ``problems`` (kind, file, offset, detail), never exceptions.
     """
     r = Path(root)
@@ -312,8 +363,12 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
                         _revise(slots, u, precision)
 
     st = TimerState(r, precision, source, now_ms, cp, metrics, wheel, log, file_size, log_end, begin,
-                    read_time, stops=stops, slots=slots, problems=problems, commitlog_end=commitlog_end,
-                    timer_queue_max=timer_queue_max(r))
+                    read_time, stops=stops, slots=slots, problems=problems, commitlog_end=commitlog_end)
+    bounds = timer_queue_bounds(r)
+    if queue_end is not None:
+        bounds = (min(bounds[0], queue_end) if bounds else 0, queue_end)
+    st.timer_queue_max = bounds[1] if bounds else None
+    _enqueue_from(st, units, decode, bounds)
 
     # the chains the dequeue walks, from every slot due at or after the read time
     reached: set[int] = set()
@@ -406,4 +461,5 @@ def _judge_record(e: TimerEntry, decode, commitlog_end: int | None) -> None:
 
 
 __all__ = ["DELIVERED", "DROPPED", "EXPIRED", "ORPHANED", "PENDING", "REC_BAD", "REC_BEYOND", "REC_OK", "STATES",
-           "ChainIssue", "TimerEntry", "TimerState", "has_timer_store", "read_timer_state", "timer_queue_max"]
+           "ChainIssue", "TimerEntry", "TimerState", "has_timer_store", "predicted_queue_end", "read_timer_state",
+           "timer_queue_bounds"]

@@ -43,8 +43,9 @@ def _render(console, doc: dict) -> None:
     console.print(Text(f"timer store of {doc['store']}", style="bold"))
     lines = [
         ("precision", f"{s['precision_ms']} ms ({_PRECISION[s['precision_source']]})"),
-        ("timerlog", f"{s['timerlog_files']} file(s) of {s['timerlog_file_size']} bytes, units end at "
-                     f"{s['timerlog_end']}; {s['units']} unit(s)"),
+        ("timerlog", "no files" if not s["timerlog_files"] else
+         f"{s['timerlog_files']} file(s) of {s['timerlog_file_size']} bytes, units end at {s['timerlog_end']}; "
+         f"{s['units']} unit(s)"),
         ("wheel", "absent: the broker creates an empty one, its recovery re-links slots from the timerlog"
          if s["wheel_size"] is None
          else f"{s['wheel_size']} bytes, {s['wheel_slots_used']} slot(s) used"),
@@ -59,8 +60,9 @@ def _render(console, doc: dict) -> None:
         ("units", ", ".join(f"{n} {k}" for k, n in s["states"].items() if n) or "none"),
         ("timer queue", "no consumequeue/rmq_sys_wheel_timer/0" if s["timer_queue_max_offset"] is None else
          f"max offset {s['timer_queue_max_offset']}" + ("" if s["not_enqueued"] is None else
-                                                        f"; {s['not_enqueued']} record(s) not in the timerlog yet "
-                                                        "(enqueued when the broker starts)")),
+                                                        f"; the enqueue resumes at {s['enqueue_from']}: "
+                                                        f"{s['not_enqueued']} record(s) to file in the timerlog")
+         + (f" ({s['enqueued_again']} of them already have a unit)" if s["enqueued_again"] else "")),
     ]
     print_table(console, [Column("what", "", "fixed", 0, style="dim"), Column("value", "", "wrap", 0, None, 30)],
                 lines, show_header=False)
@@ -103,7 +105,7 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
         raise click.BadParameter("timer prints one document: use table, json or jsonl", param_hint="--format")
     now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
     st = Store.open(store)
-    from rmqdump.analysis.timer import ORPHANED, PENDING, has_timer_store, read_timer_state
+    from rmqdump.analysis.timer import ORPHANED, PENDING, has_timer_store, predicted_queue_end, read_timer_state
     from rmqdump.analysis.verify.record_cache import RecordCache
     from rmqdump.analysis.verify.timer_checks import check_timer
     from rmqdump.broker.recovery import predict_recovery_auto
@@ -116,17 +118,18 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
             emit_document({"store": str(st.root or store), "summary": None, "buckets": [], "entries": [],
                            "findings": []}, fmt, _render)
         return
-    commitlog_end = None
+    commitlog_end = queue_end = None
     try:
         pred, _ = predict_recovery_auto(st, check_crc=True, use_mmap=not no_mmap, list_limit=0, list_dropped=False)
-        commitlog_end = pred.max_offset
+        commitlog_end, queue_end = pred.max_offset, predicted_queue_end(pred)
     except RmqdumpError as e:  # the records are then judged where they lie
         if not quiet:
             diag(f"commitlog end after recovery unknown ({e}): records are judged where they lie", "yellow")
     cache = RecordCache(st.commitlog, not no_mmap)
     try:
         ts = read_timer_state(st.root, now_ms=now_ms, precision_ms=precision_ms,
-                              decode=lambda off: cache.decode(off, check_crc=True), commitlog_end=commitlog_end, decode_all=show_all)
+                              decode=lambda off: cache.decode(off, check_crc=True), commitlog_end=commitlog_end, decode_all=show_all,
+                              queue_end=queue_end)
         findings = check_timer(ts)
     finally:
         cache.close()
@@ -153,7 +156,7 @@ def report_timer_state(st: Store, hits, now_ms: int | None = None) -> None:
         if e is None:
             behind = ts.not_enqueued
             diag(f"timer: the record at {h.offset} has no timerlog unit"
-                 + (f" ({behind} timer-topic record(s) are not enqueued yet)" if behind else ""))
+                 + (f" ({behind} timer-topic record(s) are to be enqueued when the broker starts)" if behind else ""))
         else:
             diag(f"timer: the record at {h.offset} is {e.state} ({e.kind}), due {utc_ms(e.bucket_ms)}, wheel slot "
                  f"{e.slot}, timerlog/{e.file}@{e.unit.pos} (rmqdump timer for the whole store)")

@@ -192,3 +192,26 @@ def test_lost_timerlog_tail_relinks_from_the_wheel(matrix, tmp_path):
     found = timer_findings(store)
     # lastTimerLogFlushPos is past the new end: flushed units are gone; metrics still count the lost ones
     assert {f["kind"] for f in found} == {"timer_checkpoint_ahead", "timer_metrics_mismatch"}
+
+
+def test_killed_before_the_timer_flushed(matrix, tmp_path):
+    """``put --crash-no-dispatch``: halted right after the puts, the timer's files as its threads left them (a
+    race: units written or not, the checkpoint usually not). Every timer-topic record is either a pending
+    unit or still to be filed from where the enqueue resumes; units the resumed enqueue files again are the
+    only finding."""
+    from .harness import put
+    from .scenarios import base
+
+    b = base("533", "mid", "timer", "crash-no-dispatch")
+    store = tmp_path / "s"
+    statuses = put("533", store, b.lines, b.flags)
+    offsets = sorted(s["wroteOffset"] for s in statuses if s["topic"] == TIMER_TOPIC and s["status"] == "PUT_OK")
+    _, doc = invoke_json("timer", store, "-f", "json")
+    s = doc["summary"]
+    assert s["timer_queue_max_offset"] == len(offsets) > 0
+    filed = sorted(e["offset_py"] for e in doc["entries"] if e["state"] == "pending")
+    assert filed == offsets[:len(filed)]  # the timer files in queue order
+    assert s["enqueue_from"] <= len(filed) and s["not_enqueued"] == len(offsets) - s["enqueue_from"]
+    assert s["enqueued_again"] == len(filed) - s["enqueue_from"]
+    kinds = [f["kind"] for f in timer_findings(store)]
+    assert kinds == (["timer_enqueued_again"] if s["enqueued_again"] else [])

@@ -81,7 +81,7 @@ Checkpoint, config, abort, lock:
   ``timer_unit_beyond_commitlog`` (error: a unit to deliver whose record is past the recovered commitlog end,
   apache/rocketmq #10668), ``timer_unit_bad_record``, ``timer_wheel_size``, ``timer_log_files``,
   ``timer_unreadable`` (error); ``timer_unit_orphaned``, ``timer_slot_dangling``, ``timer_chain_loop``,
-  ``timer_chain_crosses_slot``, ``timer_log_damaged``, ``timer_checkpoint_ahead``, ``timer_read_time_ahead`` (warning);
+  ``timer_chain_crosses_slot``, ``timer_log_damaged``, ``timer_checkpoint_ahead``, ``timer_read_time_ahead``, ``timer_enqueued_again`` (warning);
   ``timer_metrics_mismatch``, ``timer_slot_first`` (info)
 DLedger commitlog (``dledger-<id>/``; records are walked inside their entries, a damaged record in a sound entry
 does not end the walk):
@@ -425,7 +425,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 findings += check_checkpoint(store, pred.checkpoint, max_store_ts=max_ts,
                                              has_data=any(r.records for r in results), index_infos=report.indexes)
             findings += check_abort_lock(store)
-            findings += verify_timer(store, cache, pred.max_offset if pred else None, max_per_kind=max_findings_per_kind)
+            findings += verify_timer(store, cache, pred, max_per_kind=max_findings_per_kind)
             if pred is not None:
                 ends = {}
                 for q in pred.queues:

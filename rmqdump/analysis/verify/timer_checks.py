@@ -19,6 +19,9 @@ start. Every finding names something the broker acts on:
   (its second re-linking pass) and its metrics recount start from the smallest firstPos;
 * ``timer_checkpoint_ahead`` (warning): ``lastTimerLogFlushPos`` past the end of the timerlog's units:
   units the broker had flushed are gone;
+* ``timer_enqueued_again`` (warning): the queue offset the broker's enqueue resumes at (the last unit's record
+  + 1, at most the checkpoint's masterTimerQueueOffset) is before records that already have units: they are
+  filed and delivered twice;
 * ``timer_read_time_ahead`` (warning): the checkpoint's ``lastReadTimeMs`` is over a minute after now: the
   dequeue waits for the clock to get there, and every slot before it counts as delivered;
 * ``timer_metrics_mismatch`` (info): ``config/timermetrics`` counts for a topic differ from the units
@@ -38,6 +41,7 @@ from rmqdump.analysis.timer import (
     REC_BEYOND,
     TimerState,
     has_timer_store,
+    predicted_queue_end,
     read_timer_state,
 )
 from rmqdump.codec.javahash import java_string_hash
@@ -47,6 +51,7 @@ from rmqdump.codec.layout import (
     STORE_TIMERWHEEL_FILE,
     TIMER_CHECK_FILE,
     TIMER_SLOT_SIZE,
+    TIMER_TOPIC,
 )
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
 from rmqdump.store.checkpoint import ms_to_iso
@@ -61,12 +66,14 @@ def _slot_file_pos(index: int) -> int:
     return index * TIMER_SLOT_SIZE
 
 
-def verify_timer(store, cache, commitlog_end: int | None, *, max_per_kind: int = 1000) -> list[Finding]:
+def verify_timer(store, cache, pred, *, max_per_kind: int = 1000) -> list[Finding]:
     """``verify``'s hook: the timer findings of ``store`` (none without a timer store); ``cache`` reads the
-    commitlog records, ``commitlog_end`` is where the predicted recovery ends the commitlog."""
+    commitlog records, ``pred`` is the recovery prediction (None: none could be made)."""
     if not has_timer_store(store.root):
         return []
-    st = read_timer_state(store.root, now_ms=int(time.time() * 1000), commitlog_end=commitlog_end,
+    st = read_timer_state(store.root, now_ms=int(time.time() * 1000),
+                          commitlog_end=pred.max_offset if pred is not None else None,
+                          queue_end=predicted_queue_end(pred) if pred is not None else None,
                           decode=lambda off: cache.decode(off, check_crc=True))
     return check_timer(st, max_per_kind=max_per_kind)
 
@@ -116,6 +123,12 @@ def check_timer(st: TimerState, *, max_per_kind: int = 1000) -> list[Finding]:
         out.append(Finding(WARNING, "timer_checkpoint_ahead", f"{STORE_CONFIG_DIR}/{TIMER_CHECK_FILE}", 8,
                            f"lastTimerLogFlushPos {cp.last_timer_log_flush_pos} is past the end of the timerlog's "
                            f"units ({st.log_end}): units the broker had flushed are gone"))
+    if st.enqueued_again:
+        out.append(Finding(WARNING, "timer_enqueued_again", f"{STORE_CONFIG_DIR}/{TIMER_CHECK_FILE}", 24,
+                           f"the timer's enqueue resumes at queue offset {st.enqueue_from} of {TIMER_TOPIC}/0 "
+                           f"(masterTimerQueueOffset {cp.master_timer_queue_offset}) while the timerlog already holds "
+                           f"units up to queue offset {st.last_unit_queue_offset}: {st.enqueued_again} timer "
+                           "message(s) get a second unit and are delivered twice"))
     if cp is not None and cp.last_read_time_ms > st.now_ms + READ_TIME_SLACK_MS:
         out.append(Finding(WARNING, "timer_read_time_ahead", f"{STORE_CONFIG_DIR}/{TIMER_CHECK_FILE}", 0,
                            f"lastReadTimeMs {ms_to_iso(cp.last_read_time_ms)} is after now ({ms_to_iso(st.now_ms)}): "
