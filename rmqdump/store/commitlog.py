@@ -313,7 +313,7 @@ class Walk:
                               LENGTH_MISMATCH, f"the entry body ({ent.body_length} bytes) holds "
                               + (f"a record of TOTALSIZE {rec.size}" if isinstance(rec, Message) else "a BLANK"))
             self.end_offset = seg.start + pos + ent.size
-            yield Skipped(rec.offset, seg.start + pos + ent.size, seg.name, rec)
+            yield Skipped(rec.offset, max(rec.offset, seg.start + pos + ent.size), seg.name, rec)
             pos += ent.size
 
     def _resync(self, seg: Segment, r: SegmentReader, lo: int) -> int | None:

@@ -161,6 +161,10 @@ def resync_entry(r: SegmentReader, lo: int) -> int | None:
     magic = (1).to_bytes(4, "big")
     p = lo
     while p + DLEDGER_BODY_OFFSET <= r.size:
+        nxt = r.next_data(p)  # holes of a sparse file are skipped unread (SEEK_DATA)
+        if nxt is None:
+            return None
+        p = max(p, nxt)
         n = min(1 << 20, r.size - p)
         buf, i, avail = r.view(p, n)
         cands = []
