@@ -421,3 +421,27 @@ def test_prev_index_above_its_entry_ends_the_walk(tmp_path):
         assert [e.number for e in f.walk(slot, strict=False)] == chain[:2]
         res = f.select_phy_offsets("T#k1")
         assert len(res.phy_offsets) == 2 and "not an earlier entry" in res.anomalies[0]
+
+
+def test_a_new_index_file_name_jumps_past_a_name_from_a_clock_ahead(tmp_path):
+    """An index file named by a host whose clock ran years ahead: the next name is found in one step (it
+    was searched millisecond by millisecond: a repair hung); a name that spells no time is refused."""
+    import signal
+
+    from rmqdump.errors import StoreError
+    from rmqdump.store.indexfile.writer import IndexFileWriter, next_index_file_name
+
+    signal.alarm(20)  # a regression would loop for years of milliseconds
+    try:
+        now = 1_790_000_000_000
+        assert next_index_file_name(now, True, "20991231235959998") == "20991231235959999"
+        assert next_index_file_name(now, True, "20991231235959998", {"20991231235959999"}) == "21000101000000000"
+        assert next_index_file_name(now, True, "") == "20260921141320000"
+        with pytest.raises(StoreError, match="spells no time"):
+            next_index_file_name(now, True, "99999999999999999")
+        (tmp_path / "20991231235959998").write_bytes(b"")
+        w = IndexFileWriter.create_in(tmp_path, 4, 8, now_ms=now, utc=True)
+        assert w.path.name == "20991231235959999"
+        w.close()
+    finally:
+        signal.alarm(0)

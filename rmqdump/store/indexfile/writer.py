@@ -7,6 +7,7 @@ does the same as repeated puts for arrays of hashes with numpy when it is instal
 
 from __future__ import annotations
 
+import calendar
 import mmap
 import os
 import time
@@ -39,6 +40,40 @@ def index_file_name(now_ms: int | None = None, utc: bool = False) -> str:
     ms = int(time.time() * 1000) if now_ms is None else now_ms
     t = time.gmtime(ms // 1000) if utc else time.localtime(ms // 1000)
     return time.strftime("%Y%m%d%H%M%S", t) + f"{ms % 1000:03d}"
+
+
+def _name_ms(name: str, utc: bool) -> int | None:
+    """The time in ms an index file name spells (None if it spells none)."""
+    if len(name) != INDEX_FILE_NAME_LENGTH or not name.isdigit():
+        return None
+    try:
+        t = time.strptime(name[:14], "%Y%m%d%H%M%S")
+    except ValueError:
+        return None
+    secs = calendar.timegm(t) if utc else int(time.mktime(t))
+    return secs * 1000 + int(name[14:])
+
+
+def next_index_file_name(now_ms: int, utc: bool, after: str = "", taken: set[str] | frozenset = frozenset(),
+                         where: str | os.PathLike | None = None) -> str:
+    """The name of a new index file made at ``now_ms``, sorting after ``after`` and not in ``taken``.
+
+    A clock behind ``after`` (an index file from a host whose clock ran ahead) jumps past it in one
+    step, never millisecond by millisecond."""
+    ms = now_ms
+    name = index_file_name(ms, utc)
+    if after and name <= after:
+        base = _name_ms(after, utc)
+        if base is None:
+            raise StoreError(f"cannot name a new index file after {after!r}: it spells no time", where)
+        ms = max(ms, base + 1)
+        name = index_file_name(ms, utc)
+    for _ in range(10_000):
+        if name not in taken and name > after and len(name) == INDEX_FILE_NAME_LENGTH:
+            return name
+        ms += 1
+        name = index_file_name(ms, utc)
+    raise StoreError(f"no free index file name after {after!r}", where)
 
 
 def build_index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list[str]:
@@ -124,10 +159,7 @@ class IndexFileWriter:
         ms = int(time.time() * 1000) if now_ms is None else now_ms
         existing = {p.name for p in Path(index_dir).iterdir()}
         last = max((n for n in existing if len(n) == INDEX_FILE_NAME_LENGTH and n.isdigit()), default="")
-        name = index_file_name(ms, utc)
-        while name in existing or name <= last:
-            ms += 1
-            name = index_file_name(ms, utc)
+        name = next_index_file_name(ms, utc, last, existing, index_dir)
         return cls.create(Path(index_dir) / name, hash_slot_num, index_num, end_phy_offset, end_timestamp)
 
     @classmethod

@@ -33,6 +33,11 @@ class AbortInfo:
         return self.content.startswith(ABORT_TAG)
 
     @property
+    def by_append(self) -> bool:
+        """Left by rmqdump's appender (what lies past its end was never acknowledged)."""
+        return self.content.startswith(ABORT_TAG + b" append")
+
+    @property
     def pid(self) -> int | None:
         """The PID a 5.x broker writes into ``abort`` (None for 4.x's empty file or ours)."""
         text = self.content.strip()

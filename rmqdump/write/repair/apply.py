@@ -274,9 +274,10 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
             manifest["state"] = "prepared"
             _write_manifest(backup, manifest)
             fsync_dir(backup.parent)
-            # the store may be inconsistent from here on: the broker must run its abnormal recovery
-            if abort is None:
-                _set_abort(root, ABORT_TAG + f" repair pid={os.getpid()}\n".encode())
+            # the store may be inconsistent from here on: the broker must run its abnormal recovery, and a
+            # second repair must know an interrupted one may have stopped inside a file (the broker's own
+            # abort content is in the manifest: undo puts it back)
+            _set_abort(root, ABORT_TAG + f" repair pid={os.getpid()}\n".encode())
             synced: set[Path] = set()
             for group in ("commitlog", "consumequeue", "index", "checkpoint", "config"):
                 for c, item in zip(plan.changes, items, strict=True):

@@ -44,7 +44,8 @@ def build_index_files(cl, out_dir: Path, slots: int, entries: int, *, start: int
     """
     from rmqdump.codec.javahash import index_key_hash
     from rmqdump.codec.record import Message
-    from rmqdump.store.indexfile import IndexFileWriter, index_file_name
+    from rmqdump.store.indexfile import IndexFileWriter
+    from rmqdump.store.indexfile.writer import next_index_file_name
 
     clock = name_clock or (lambda: int(time.time() * 1000))
     taken = set(taken_names or ())
@@ -54,11 +55,7 @@ def build_index_files(cl, out_dir: Path, slots: int, entries: int, *, start: int
         if first_name is not None and not made:
             name = first_name
         else:
-            ms = clock()
-            name = index_file_name(ms, utc=True)
-            while name in taken or (made and name <= made[-1].name):
-                ms += 1
-                name = index_file_name(ms, utc=True)
+            name = next_index_file_name(clock(), True, made[-1].name if made else "", taken, out_dir)
         taken.add(name)
         w = IndexFileWriter.create(out_dir / name, slots, entries, end_phy, end_ts)
         made.append(w.path)
@@ -193,6 +190,11 @@ def _index_changes(cl, root: Path, files: list[Path], headers: list, geo, end: i
                 if isinstance(rec, Message) and _index_keys_of(rec):
                     reasons.append(f"records from offset {rec.offset} have no index entries")
                     break
+    interrupted = _interrupted_run(root) if h is not None and lgeo is not None else None
+    if interrupted and not reasons:
+        # its writes may have stopped inside this file (a header already new, entries or slots not yet): only
+        # a rebuild compared byte for byte tells; when the file is whole the comparison changes nothing
+        reasons.append(f"an interrupted rmqdump run ({interrupted}) may have left it partly written")
     if not reasons or lgeo is None:
         if lgeo is None:
             plan.warnings.append(f"index/{path.name}: geometry unknown; use --rebuild-index")
@@ -211,9 +213,11 @@ def _index_changes(cl, root: Path, files: list[Path], headers: list, geo, end: i
                              taken_names={p.name for p in files}, use_mmap=use_mmap,
                              exclude={a for a, _ in neutralised})
     _fix_first_time_diff(path, made[0], lgeo.entries_start)
-    for off, data in diff_files(path, made[0]):
-        out.append(Change("write", f"{STORE_INDEX_DIR}/{path.name}", offset=off, length=len(data), data=data,
-                          group="index", why="rebuild"))
+    writes = [Change("write", f"{STORE_INDEX_DIR}/{path.name}", offset=off, length=len(data), data=data,
+                     group="index", why="rebuild") for off, data in diff_files(path, made[0])]
+    if interrupted and len(reasons) == 1 and not writes and len(made) == 1:
+        return out  # the interrupted run left this file whole
+    out += writes
     from rmqdump.store.indexfile import IndexFile
 
     with IndexFile(made[0], lgeo.hash_slot_num, lgeo.index_num) as f:
@@ -225,6 +229,16 @@ def _index_changes(cl, root: Path, files: list[Path], headers: list, geo, end: i
                           group="index", why="rebuild: next index file"))
         plan.step("index", "create", file=extra.name)
     return out
+
+
+def _interrupted_run(root: Path) -> str | None:
+    """What the ``abort`` marker of an interrupted rmqdump write says (None: no such marker)."""
+    from rmqdump.write.appender import read_abort
+
+    abort = read_abort(root)
+    if abort is None or not abort.ours:
+        return None
+    return abort.content.decode("utf-8", "replace").strip()[:80]
 
 
 def _record_start_at_or_after(cl, offset: int, end: int, use_mmap: bool) -> int:

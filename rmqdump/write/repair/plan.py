@@ -125,7 +125,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.salvage_needed = True
         plan.choices = _salvage_choices(cl, tail, X)
         chosen = salvage
-        if chosen is None and abort is not None and abort.ours:
+        if chosen is None and abort is not None and abort.by_append:
             # rmqdump's appender held back the first bytes of its unfinished batch: what lies after the end
             # was never acknowledged, so cutting it off loses nothing anyone was told is stored
             chosen = plan.salvage = "truncate"
