@@ -456,10 +456,11 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             findings.append(Finding(ERROR, "recovery_refuses_start", None, None, pred.reason))
         elif pred.dropped.count or pred.deleted_commitlog_files and pred.dropped.bytes:
             d = pred.dropped
+            held = next((sg for sg in cl.segments if pred.truncated_file and sg.name == pred.truncated_file[0]), None)
+            cut = pred.walk.process_offset if pred.mode == "dledger" and pred.walk else pred.max_offset  # data end
             findings.append(Finding(
-                ERROR, "recovery_truncates", f"commitlog/{pred.truncated_file[0]}" if pred.truncated_file else None,
-                pred.max_offset,
-                f"{pred.mode} recovery would end the commitlog at {pred.max_offset} and drop {d.count} record(s) "
+                ERROR, "recovery_truncates", seg_label(held) if held is not None else None, cut,
+                f"{pred.mode} recovery would end the commitlog at {cut} and drop {d.count} record(s) "
                 f"({d.intact} intact), {pred.dropped_cq_entries} consume-queue entries"
                 + (f" and delete {len(pred.deleted_commitlog_files)} file(s)" if pred.deleted_commitlog_files else "")))
 
