@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "fingerprint": ("rmqdump.cli.fingerprint", "fingerprint", "Digest per segment and queue file; compare replicas."),
     "bundle": ("rmqdump.cli.bundle", "bundle", "Write a support bundle: layout, config without secrets, info, verify."),
     "timer": ("rmqdump.cli.timer", "timer", "The 5.x timer store: pending timer deliveries per due time; its checks."),
+    "report": ("rmqdump.cli.report", "report", "Write one self-contained HTML page: store map, topics, lag, findings."),
 }
 
 
