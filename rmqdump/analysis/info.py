@@ -81,7 +81,23 @@ def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
     }
     if store.root is None:
         return doc
-    return _root_parts(doc, store.root, seen)
+    doc = _root_parts(doc, store.root, seen)
+    doc["next_start"] = _next_start(store, end, doc)
+    return doc
+
+
+def _next_start(store: Store, end: int, doc: dict) -> dict:
+    """The broker's next start without its recovery walk (``verify`` has the walked figures)."""
+    from rmqdump.broker.recovery.cost import next_start, quick_prediction
+
+    max_cq = max((q["max_physic_offset"] for q in doc["consume_queues"]["queues"]), default=-1)
+    try:
+        pred = quick_prediction(store, end, max_cq)
+    except RmqdumpError as e:
+        return {"estimated": False, "why_not": str(e)}
+    if pred is None:
+        return {"estimated": False, "why_not": "not estimated for DLedger stores (DLedger's own recovery)"}
+    return next_start(pred, store, exact=False)
 
 
 def _dledger_root(path: str | os.PathLike) -> bool:

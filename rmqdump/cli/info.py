@@ -41,8 +41,20 @@ def render(console: Console, doc: dict) -> None:
     else:
         _render_commitlog(console, cl)
     _render_parts(console, doc)
+    if doc.get("next_start"):
+        _render_next_start(console, doc["next_start"])
     if "inventory" in doc:
         _render_inventory(console, doc["inventory"], doc["features"])
+
+
+def _render_next_start(console: Console, ns: dict) -> None:
+    """Two lines: what the broker's recovery reads at its next start, and why it starts there."""
+    from rmqdump.broker.recovery.cost import summary_lines
+
+    lines = summary_lines(ns)
+    console.print(Text(escape_control("next start: " + lines[0])))
+    if len(lines) > 1:
+        console.print(Text(escape_control(f"  {lines[1]}; `rmqdump verify` walks it")), style="dim")
 
 
 def _render_commitlog(console: Console, cl: dict) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -10,6 +11,7 @@ from rmqdump.analysis.verify import verify_store
 from rmqdump.cli.options import access_options, report_output_options, verify_options
 from rmqdump.cli.output import Column, default_format, diag, emit_document, escape_control, print_table, progress_bar
 from rmqdump.codec.layout import record_size_limit
+from rmqdump.errors import RmqdumpError
 from rmqdump.findings import ERROR, INFO, WARNING
 from rmqdump.store.root import Store
 
@@ -43,6 +45,7 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     total = sum(s.size for s in store.commitlog.segments)
     if not quiet and not no_mmap and _fast_needs_build(store):
         diag("verify: compiling the fast kernels once for this machine (10-30 s)")
+    began = time.monotonic()
     with progress_bar(total, "verifying", not quiet) as update:
         report = verify_store(
             store, keep_going=keep_going, use_mmap=not no_mmap, version=broker_version,
@@ -51,7 +54,9 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
             max_record_size=record_size_limit(max_message_size),
             progress=lambda done, _total: update(done),
         )
-    emit_document(report.to_dict(), fmt, render_report)
+    doc = report.to_dict()
+    doc["next_start"] = _next_start(store, report, total, time.monotonic() - began)
+    emit_document(doc, fmt, render_report)
     if not quiet and fmt != "table":
         s = report.summary
         diag(f"verify: {s['status']}: {s['errors']} errors, {s['warnings']} warnings, {s['infos']} info; "
@@ -59,6 +64,18 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     if report.exit_code:
         raise SystemExit(report.exit_code)
     return 0
+
+
+def _next_start(store: Store, report, nbytes: int, seconds: float) -> dict | None:
+    """The ``next_start`` object: the work of the broker's next start, at the rate verify's walk just ran."""
+    from rmqdump.broker.recovery.cost import measured_rate, next_start
+
+    if report.recovery is None:
+        return None
+    try:
+        return next_start(report.recovery, store, measured_rate(nbytes, seconds))
+    except RmqdumpError as e:
+        return {"estimated": False, "why_not": str(e)}
 
 
 def _fast_needs_build(store: Store) -> bool:
@@ -159,6 +176,8 @@ def render_report(console: Console, doc: dict) -> None:
             t.add_row("other versions", _t(n))
         print_table(console, [Column("what", "", "fixed", 0, style="dim"), Column("value", "", "wrap", 0, None, 30)],
                     t.rows, show_header=False)
+    if doc.get("next_start"):
+        _render_next_start(console, doc["next_start"])
     sal = doc.get("salvage")
     if sal is not None:
         console.print()
@@ -187,3 +206,32 @@ def render_report(console: Console, doc: dict) -> None:
         columns = [Column("location", "LOCATION", "fixed", 0), Column("kind", "KIND", "fixed", 0, style=_STYLE[sev]),
                    Column("detail", "DETAIL", "wrap", 0, None, 36)]
         print_table(console, columns, rows, title=Text(f"{_TITLE[sev]} ({len(items)})", style=_STYLE[sev]))
+
+
+def _render_next_start(console: Console, ns: dict) -> None:
+    """The short "next start" block: what recovery reads, why it starts there, the estimate, what shortens it."""
+    from rich.text import Text
+
+    from rmqdump.broker.recovery.cost import human_bytes, human_seconds
+
+    console.print()
+    console.print(Text("Next start (an estimate)", style="bold"))
+    t = _Rows()
+    if not ns.get("estimated"):
+        t.add_row("not estimated", _t(ns.get("why_not")))
+    else:
+        head = "" if ns["starts"] else "once load() succeeds: "
+        t.add_row("commitlog", _t(f"{head}{ns['mode']} recovery reads {ns['commitlog_files']} of "
+                                  f"{ns['commitlog_files_total']} file(s), {human_bytes(ns['commitlog_bytes'])} "
+                                  f"from {ns['start_file']} ({ns['records']} records, CRC checked)"))
+        t.add_row("why", _t(ns["start_reason"]))
+        cq, idx, rd = ns["consume_queues"], ns["index_files"], ns["redispatch"]
+        t.add_row("consume queues", _t(f"{cq['files_loaded']} file(s) of {cq['queues']} queue(s) loaded, "
+                                       f"{cq['files_recovered']} walked; re-dispatch of {rd['records']} record(s) "
+                                       f"writes {rd['cq_entries_written']} entries"))
+        t.add_row("index files", _t(f"{idx['loaded']} loaded, {idx['deleted']} deleted"))
+        t.add_row("time", _t(f"{human_seconds(ns['estimated_seconds'])} at {ns['rate']['detail']}"))
+        for s in ns["shorter"]:
+            t.add_row("shorter", _t(s["detail"]))
+    print_table(console, [Column("what", "", "fixed", 0, style="dim"), Column("value", "", "wrap", 0, None, 30)],
+                t.rows, show_header=False)
