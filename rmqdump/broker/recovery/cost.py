@@ -55,7 +55,8 @@ def measured_rate(nbytes: int, seconds: float, what: str = "verify's walk") -> R
         return default_rate()
     bps = nbytes / seconds
     return Rate(bps, "measured", f"{human_bytes(bps)}/s: {what} read {human_bytes(nbytes)} in {seconds:.1f} s "
-                                 "here (the page cache may be warm now)")
+                                 "here, its checks included (a low rate: the broker only reads and CRCs; the "
+                                 "page cache may be warm now)")
 
 
 def human_bytes(n: float) -> str:
