@@ -137,17 +137,18 @@ def test_discovery_skips_non_numeric_and_strange_topics(store_copy):
     assert parse_queue_id("\u0661") is None  # non-ASCII digit
 
 
-def test_rocksdb_consumequeue_is_refused(tmp_path):
+def test_rocksdb_consumequeue_refused_by_writers(tmp_path):
     cq = tmp_path / "consumequeue"
     cq.mkdir()
     for name in ("CURRENT", "MANIFEST-000005", "000004.sst", "OPTIONS-000007"):
         (cq / name).write_bytes(b"rocks")
     assert is_rocksdb_consumequeue(tmp_path)
-    with pytest.raises(UnsupportedError):
+    with pytest.raises(UnsupportedError):  # writers refuse it
         check_not_rocksdb(tmp_path)
-    with pytest.raises(UnsupportedError):
+    pytest.importorskip("rocksdict")
+    with pytest.raises(StoreError, match="cannot open RocksDB"):  # readers read it (tests/test_rocksdb.py): not these bytes
         list(discover_queues(tmp_path))
-    with pytest.raises(UnsupportedError):
+    with pytest.raises(StoreError, match="cannot open RocksDB"):
         ConsumeQueue.open(tmp_path, "TopicTest", 0)
 
 

@@ -104,7 +104,7 @@ def test_5x_files_named_by_name_only(tmp_path):
              "config/timermetrics", "config/timermetrics.bak", "config/topics.json.tmp", "config/broker.properties",
              "config/consumerFilter.json", "config/lmqConsumerOffset.json.bak",
              "config/topics/CURRENT", "config/topics/MANIFEST-000005", "config/topics/000009.sst",
-             "config/metadata/OPTIONS-000007", "config/consumerOffsets/000003.log", "config/consumerOffsets/LOCK",
+             "config/rdb/OPTIONS-000007", "config/consumerOffsets/000003.log", "config/consumerOffsets/LOCK",
              "consumequeue/CURRENT", "consumequeue/IDENTITY", "consumequeue/000012.sst", "consumequeue/LOG.old.1",
              "consumequeue/archive/000002.log",
              "dledger-n0/data/00000000000000000000", "dledger-n0/index/00000000000000000000",
@@ -122,7 +122,7 @@ def test_5x_files_named_by_name_only(tmp_path):
     found = {f["feature"]: f for f in detect_features(inv) if f["present"]}
     assert set(found) == {"timer", "rocksdb_cq", "rocksdb_config", "dledger", "controller", "multi_path",
                           "compaction", "cq_ext"}
-    assert all(found[f]["rmqdump"] == ("reads" if f in ("timer", "dledger") else "names only") for f in found)
+    assert all(found[f]["rmqdump"] == ("reads" if f in ("timer", "dledger", "rocksdb_cq", "rocksdb_config") else "names only") for f in found)
     assert found["compaction"]["evidence"].startswith("compaction/")
     assert "position-checkpoint only" not in found["compaction"]["evidence"]
 

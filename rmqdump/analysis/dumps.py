@@ -85,9 +85,6 @@ def cq_queue_summary(ref, file_size: int | None, commitlog_min_offset: int = 0) 
 def cq_summary(store_root: str | os.PathLike, topic: str | None = None, queue_id: int | None = None,
                geometry: StoreGeometry | None = None, commitlog_min_offset: int = 0) -> dict:
     """Every selected queue's summary, plus the store-wide CQ file size and its source."""
-    from rmqdump.store.consumequeue import check_not_rocksdb
-
-    check_not_rocksdb(store_root)
     size = geometry.cq_file_size if geometry is not None else None
     source = geometry.sources.get("consumequeue") if geometry is not None else None
     doc: dict = {"store": str(store_root), "file_size": size, "file_size_source": source, "queues": [],

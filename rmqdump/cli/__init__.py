@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 #: optional dependency (top-level module) -> the extra that installs it
 EXTRAS = {"pyspark": "spark", "pyarrow": "export", "numba": "fast", "numpy": "fast", "llvmlite": "fast",
-          "lz4": "codecs", "zstandard": "codecs"}
+          "lz4": "codecs", "zstandard": "codecs", "rocksdict": "rocksdb"}
 
 
 def missing_extra_message(e: ImportError, command: str | None) -> str | None:

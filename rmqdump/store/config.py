@@ -433,12 +433,34 @@ def decode_subscription_groups(value: Any, file: Path) -> dict[str, dict]:
     return {str(k): v for k, v in table.items()}
 
 
+def _rocksdb_table(store_root: str | os.PathLike, table: str, wrap: str,
+                   decode: Callable[[Any, Path], T]) -> Loaded[T] | None:
+    """A 5.x RocksDB config table (``config/rdb/`` or ``config/<table>/``) decoded as its JSON file would be;
+    None when the store has none (:mod:`rmqdump.store.rocksdb.config`: the broker reads those, not the JSON)."""
+    from rmqdump.store.rocksdb.config import read_config_table
+
+    found = read_config_table(store_root, table)
+    if found is None:
+        return None
+    path, rows = found
+    out = {}
+    for name, raw in rows.items():
+        value = parse_fastjson(raw, path) if isinstance(raw, bytes) else raw
+        if table == "consumerOffsets" and isinstance(raw, bytes):
+            _require(isinstance(value, dict), f"consumer offset {name!r} is not an object", path)
+            value = value.get("offsetTable", {})  # v1: RocksDBOffsetSerializeWrapper
+        out[name] = value
+    return Loaded(decode({wrap: out}, path), path)
+
+
 def load_topics(store_root: str | os.PathLike) -> Loaded[dict[str, TopicConfig]]:
-    return load_config_file(config_path(store_root, TOPICS_JSON), decode_topics)
+    rocks = _rocksdb_table(store_root, "topics", "topicConfigTable", decode_topics)
+    return rocks or load_config_file(config_path(store_root, TOPICS_JSON), decode_topics)
 
 
 def load_consumer_offsets(store_root: str | os.PathLike) -> Loaded[ConsumerOffsets]:
-    return load_config_file(config_path(store_root, CONSUMER_OFFSET_JSON), decode_consumer_offsets)
+    rocks = _rocksdb_table(store_root, "consumerOffsets", "offsetTable", decode_consumer_offsets)
+    return rocks or load_config_file(config_path(store_root, CONSUMER_OFFSET_JSON), decode_consumer_offsets)
 
 
 def load_delay_offsets(store_root: str | os.PathLike) -> Loaded[dict[int, int]]:
@@ -446,4 +468,5 @@ def load_delay_offsets(store_root: str | os.PathLike) -> Loaded[dict[int, int]]:
 
 
 def load_subscription_groups(store_root: str | os.PathLike) -> Loaded[dict[str, dict]]:
-    return load_config_file(config_path(store_root, SUBSCRIPTION_GROUP_JSON), decode_subscription_groups)
+    rocks = _rocksdb_table(store_root, "subscriptionGroups", "subscriptionGroupTable", decode_subscription_groups)
+    return rocks or load_config_file(config_path(store_root, SUBSCRIPTION_GROUP_JSON), decode_subscription_groups)

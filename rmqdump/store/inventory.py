@@ -91,14 +91,12 @@ TIMER_METRICS = _k("config/timermetrics[.bak]", READ, "timer metrics (JSON; rmqd
 TIMER_WHEEL = _k("timerwheel", READ, "timer wheel (32-byte slots; rmqdump timer)", "timer")
 TIMERLOG_DIR = _k("timerlog/", READ, "timer log directory", "timer")
 TIMERLOG_FILE = _k("timerlog/<offset>", READ, "timer log files (52-byte units; rmqdump timer)", "timer")
-ROCKS_CQ = _k("consumequeue/<RocksDB file>", NAMED, "RocksDB consume queue database (storeType=defaultRocksDB)",
-              "rocksdb_cq")
-# later RocketMQ lines keep the RocksDB CQ in its own folder; the name is from the develop branch's
-# StorePathConfigHelper.getStorePathRocksDBConsumeQueue, not confirmed for 5.3.3 (which uses consumequeue/)
-ROCKS_CQ2 = _k("consumequeue_rocksdb/", NAMED, "RocksDB consume queue database (newer than 5.3.3?)", "rocksdb_cq")
-ROCKS_CFG = _k("config/<RocksDB table>/", NAMED,
-               "RocksDB config databases: topics/, subscriptionGroups/, consumerOffsets/ (5.2+), "
-               "metadata/ (configManagerVersion v2)",
+# 5.3.3 keeps the RocksDB CQ in consumequeue/ itself (RocksDBConsumeQueueStore: getStorePathConsumeQueue)
+ROCKS_CQ = _k("consumequeue/<RocksDB file>", READ, "RocksDB consume queue database (storeType=defaultRocksDB; "
+              "rocksdb extra)", "rocksdb_cq")
+ROCKS_CFG = _k("config/<RocksDB table>/", READ,
+               "RocksDB config databases: topics/, subscriptionGroups/, consumerOffsets/ (configManagerVersion "
+               "v1), rdb/ (v2; rocksdb extra)",
                "rocksdb_config")
 CQEXT = _k("consumequeue_ext/", NAMED, "ConsumeQueueExt files (enableConsumeQueueExt)", "cq_ext")
 COMPACTION = _k("compaction/", NAMED, "compaction store: position-checkpoint, compactionLog/, compactionCq/",
@@ -112,10 +110,10 @@ TRANSACTION = _k("transaction/", NAMED, "legacy transaction state table / redo l
 _CFG_READ_NAMES = {"topics.json", "consumerOffset.json", "delayOffset.json", "subscriptionGroup.json"}
 _CFG_NAMED_NAMES = {"consumerFilter.json", "lmqConsumerOffset.json", "consumerOrderInfo.json",
                     "topicQueueMapping.json", "messageRequestMode.json"}
-# RocksDB config folders: RocksDB{Topic,SubscriptionGroup,ConsumerOffset}Manager.rocksdbConfigFilePath
-# (config/topics/, config/subscriptionGroups/, config/consumerOffsets/) and config/metadata/ (one RocksDB
-# for all, v2)
-_CFG_ROCKS_DIRS = {"topics", "subscriptionGroups", "consumerOffsets", "metadata"}
+# RocksDB config folders (5.3.3): v1 RocksDB{Topic,SubscriptionGroup,ConsumerOffset}Manager.rocksdbConfigFilePath
+# (config/topics/, config/subscriptionGroups/, config/consumerOffsets/), v2 ConfigStorage (config/rdb/, one
+# RocksDB for all)
+_CFG_ROCKS_DIRS = {"topics", "subscriptionGroups", "consumerOffsets", "rdb"}
 
 #: a rule maps (name, is_dir) to the kind of that entry and the rule for its children (None: not entered)
 Rule = Callable[[str, bool], tuple[Kind | None, "Rule | None"]]
@@ -232,7 +230,6 @@ _ROOT: dict[str, tuple[Kind, bool, Rule | None]] = {  # name -> (kind, is a dire
     STORE_CONFIG_DIR: (CFG_DIR, True, _config),
     "timerwheel": (TIMER_WHEEL, False, None),
     "timerlog": (TIMERLOG_DIR, True, _files(TIMERLOG_FILE, _OFFSET_NAME)),
-    "consumequeue_rocksdb": (ROCKS_CQ2, True, _rocks(ROCKS_CQ2)),
     "compaction": (COMPACTION, True, _compaction),
     # controller mode: AutoSwitchHAService's epoch file (EpochFileCache over a CheckpointFile, which keeps a
     # .bak) and ReplicasManager's temporary broker identity; both at the store root (format note §1)
@@ -390,8 +387,8 @@ def take_inventory(root: str | os.PathLike, *, list_cap: int = 20, max_entries: 
 #: (feature, what, how this rmqdump version handles it)
 FEATURES = (
     ("timer", "timer store (timerlog/, timerwheel, config/timercheck, timermetrics)", READS),
-    ("rocksdb_cq", "RocksDB consume queue (storeType=defaultRocksDB)", NAMES_ONLY),
-    ("rocksdb_config", "RocksDB config tables (config/topics/ ... or config/metadata/)", NAMES_ONLY),
+    ("rocksdb_cq", "RocksDB consume queue (storeType=defaultRocksDB)", READS),
+    ("rocksdb_config", "RocksDB config tables (config/topics/ ... or config/rdb/)", READS),
     ("batchcq", "BatchConsumeQueue (queue.type=BatchCQ topics)", READS),
     ("crc32", "__CRC32# record CRC property (enabledAppendPropCRC)", READS),
     ("v2", "V2 magic records (topics over 127 UTF-16 units)", READS),

@@ -1,5 +1,7 @@
 """Consume queues on disk: the RocksDB check (5.2+ ``storeType=defaultRocksDB``), the
-``<kind>/<topic>/<queueId>/`` directories, a queue's mapped files, and the file size a store's queues share."""
+``<kind>/<topic>/<queueId>/`` directories (a RocksDB consume queue's queues from its keys: the same paths,
+read through :mod:`rmqdump.store.rocksdb.queue`), a queue's mapped files, and the file size a store's queues
+share."""
 
 from __future__ import annotations
 
@@ -17,38 +19,25 @@ from rmqdump.codec.layout import (
 )
 from rmqdump.disk.segment import parse_file_name
 from rmqdump.errors import FormatError, StoreError, UnsupportedError
+from rmqdump.store.rocksdb.cq import is_rocksdb_cq
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
 _QUEUE_ID_RE = re.compile(r"[+-]?[0-9]+")
-_ROCKSDB_MARKERS = ("CURRENT", "IDENTITY", "LOCK")
-
-
-def _is_rocksdb_dir(path: Path) -> bool:
-    try:
-        entries = list(os.scandir(path))
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        raise StoreError(f"cannot list directory: {exc.strerror}", path) from None
-    for e in entries:
-        if not e.is_file(follow_symlinks=False):
-            continue
-        if e.name in _ROCKSDB_MARKERS or e.name.startswith("MANIFEST-") or e.name.endswith(".sst"):
-            return True
-    return False
 
 
 def is_rocksdb_consumequeue(store_root: str | os.PathLike) -> bool:
     """True if ``consumequeue/`` holds a RocksDB database (5.2+ ``storeType=defaultRocksDB``)."""
-    return _is_rocksdb_dir(Path(store_root) / STORE_CONSUMEQUEUE_DIR)
+    return is_rocksdb_cq(store_root)
 
 
-def check_not_rocksdb(store_root: str | os.PathLike) -> None:
-    """Raise :class:`UnsupportedError` for a RocksDB consume queue."""
+def check_not_rocksdb(store_root: str | os.PathLike, action: str = "write this store") -> None:
+    """Raise :class:`UnsupportedError` for a RocksDB consume queue: writers (``append``, ``repair``) cannot
+    write its units and offset table yet (readers read it)."""
     cq_dir = Path(store_root) / STORE_CONSUMEQUEUE_DIR
-    if _is_rocksdb_dir(cq_dir):
-        raise UnsupportedError("consumequeue is a RocksDB database (storeType=defaultRocksDB); not decoded", cq_dir)
+    if is_rocksdb_cq(store_root):
+        raise UnsupportedError(f"refusing to {action}: consumequeue/ is a RocksDB database (storeType="
+                               "defaultRocksDB); rmqdump cannot yet write its consume queue units", cq_dir)
 
 
 def parse_queue_id(name: str) -> int | None:
@@ -83,12 +72,16 @@ def _scandir_dirs(path: Path) -> list[os.DirEntry]:
 def discover_queues(store_root: str | os.PathLike, batch: bool = False) -> Iterator[QueueRef]:
     """Yield every ``consumequeue/TOPIC/QID`` (or ``batchconsumequeue``) dir, sorted by name.
 
-    Non-numeric queue dirs are skipped like the broker does. Raises
-    :class:`UnsupportedError` for a RocksDB consume queue.
+    Non-numeric queue dirs are skipped like the broker does. A RocksDB consume queue's queues are those
+    its keys and offset table name (needs the ``rocksdb`` extra), at the paths their directories would have.
     """
     root = Path(store_root)
-    if not batch:
-        check_not_rocksdb(root)
+    if not batch and is_rocksdb_cq(root):
+        from rmqdump.store.rocksdb.cq import RocksConsumeQueues
+
+        for topic, qid in RocksConsumeQueues(root).queues():
+            yield QueueRef(topic, qid, root / STORE_CONSUMEQUEUE_DIR / topic / str(qid))
+        return
     base = root / (STORE_BATCH_CONSUMEQUEUE_DIR if batch else STORE_CONSUMEQUEUE_DIR)
     for topic_entry in _scandir_dirs(base):
         for qid_entry in _scandir_dirs(Path(topic_entry.path)):
@@ -144,6 +137,8 @@ def infer_file_size(files: list[MappedFileInfo], unit_size: int = CQ_STORE_UNIT_
 def infer_store_cq_file_size(store_root: str | os.PathLike, batch: bool = False) -> int | None:
     """The CQ file size shared by a store: from the first queue with 2+ files, else a last file."""
     unit = BCQ_STORE_UNIT_SIZE if batch else CQ_STORE_UNIT_SIZE
+    if not batch and is_rocksdb_cq(store_root):
+        return None  # no files: the size is broker.conf's or the default
     fallback: list[MappedFileInfo] = []
     for ref in discover_queues(store_root, batch=batch):
         files, _ = list_mapped_files(ref.path)

@@ -18,7 +18,12 @@ from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, STORE_CONSUMEQUEUE
 from rmqdump.disk.evidence import record_read
 from rmqdump.disk.fileio import open_read
 from rmqdump.errors import FormatError, NotFoundError, StoreError
-from rmqdump.store.consumequeue.discovery import MappedFileInfo, check_not_rocksdb, infer_file_size, list_mapped_files
+from rmqdump.store.consumequeue.discovery import (
+    MappedFileInfo,
+    infer_file_size,
+    is_rocksdb_consumequeue,
+    list_mapped_files,
+)
 from rmqdump.store.consumequeue.entries import (
     CqEntry,
     ext_real_offset,
@@ -47,6 +52,9 @@ def _open_ro(path: Path) -> int:
 
 
 def _pread(path: Path, length: int, offset: int) -> bytes:
+    virtual = _virtual_read(path, length, offset)
+    if virtual is not None:
+        return virtual
     fd = _open_ro(path)
     try:
         return os.pread(fd, length, offset)
@@ -59,6 +67,10 @@ def _pread(path: Path, length: int, offset: int) -> bytes:
 def _iter_file_units(path: Path, unit_size: int, start_pos: int = 0, end_pos: int | None = None
                      ) -> Iterator[tuple[int, bytes]]:
     """Yield (position, chunk) pairs of whole units from ``path`` in bounded chunks."""
+    virtual = _virtual_read(path, (1 << 62 if end_pos is None else end_pos) - start_pos, start_pos)
+    if virtual is not None:  # a queue of a RocksDB consume queue
+        yield from _iter_bytes_units(virtual, unit_size, start_pos)
+        return
     fd = _open_ro(path)
     try:
         chunk = unit_size * CHUNK_UNITS
@@ -78,6 +90,20 @@ def _iter_file_units(path: Path, unit_size: int, start_pos: int = 0, end_pos: in
             pos += usable
     finally:
         os.close(fd)
+
+
+def _virtual_read(path: Path, length: int, offset: int) -> bytes | None:
+    """Bytes of a RocksDB CQ queue's virtual file (:mod:`rmqdump.store.rocksdb.queue`); None for a real file."""
+    from rmqdump.store.rocksdb.queue import virtual_read
+
+    return virtual_read(path, length, offset)
+
+
+def _iter_bytes_units(data: bytes, unit_size: int, start_pos: int) -> Iterator[tuple[int, bytes]]:
+    chunk = unit_size * CHUNK_UNITS
+    usable = len(data) - len(data) % unit_size
+    for i in range(0, usable, chunk):
+        yield start_pos + i, data[i:min(i + chunk, usable)]
 
 
 # --- ConsumeQueue reader -------------------------------------------------------------------
@@ -101,7 +127,15 @@ class _QueueBase:
     def __post_init__(self) -> None:
         self._recovered: tuple[int, tuple | None] | None = None
         self.path = Path(self.path)
-        self.files, self.stray_files = list_mapped_files(self.path)
+        self._rocks = None
+        if self.unit_size == CQ_STORE_UNIT_SIZE and _in_rocksdb_cq(self.path):
+            from rmqdump.store.rocksdb.queue import RocksQueue
+
+            self._rocks = RocksQueue(self.path, self.topic, self.queue_id, self.file_size)
+            self.file_size = self._rocks.file_size
+            self.files, self.stray_files = self._rocks.files(), []
+        else:
+            self.files, self.stray_files = list_mapped_files(self.path)
         self.problems = []
         self._size_given = self.file_size is not None
         if self.file_size is None:
@@ -154,10 +188,16 @@ class _QueueBase:
         raise NotImplementedError
 
     def _recover(self) -> tuple[int, tuple | None]:
-        """``_recover_scan`` once per queue object (memoised)."""
+        """``_recover_scan`` once per queue object (memoised); a RocksDB CQ's offset table."""
         if self._recovered is None:
-            self._recovered = self._recover_scan()
+            self._recovered = self._rocks.recovered() if self._rocks is not None else self._recover_scan()
         return self._recovered
+
+
+def _in_rocksdb_cq(qdir: Path) -> bool:
+    """``qdir`` is ``<root>/consumequeue/<topic>/<queueId>`` of a store whose consume queue is RocksDB."""
+    return (qdir.parent.parent.name == STORE_CONSUMEQUEUE_DIR and not qdir.is_dir()
+            and is_rocksdb_consumequeue(qdir.parent.parent.parent))
 
 
 class ConsumeQueue(_QueueBase):
@@ -173,11 +213,16 @@ class ConsumeQueue(_QueueBase):
     @classmethod
     def open(cls, store_root: str | os.PathLike, topic: str, queue_id: int, file_size: int | None = None,
              strict: bool = True) -> ConsumeQueue:
-        """Open a queue of a store by topic and queue id (NotFoundError if it has no directory)."""
-        check_not_rocksdb(store_root)
+        """Open a queue of a store by topic and queue id (NotFoundError if it has no directory or, in a
+        RocksDB consume queue, no unit)."""
         if "/" in topic or topic in ("", ".", "..") or "\0" in topic:
             raise NotFoundError(f"invalid topic name {topic!r}")
         qdir = Path(store_root) / STORE_CONSUMEQUEUE_DIR / topic / str(queue_id)
+        if is_rocksdb_consumequeue(store_root):
+            q = cls(qdir, topic, queue_id, file_size, strict)
+            if not q.files:
+                raise NotFoundError(f"no consume queue for {topic}/{queue_id} in the RocksDB consume queue", qdir)
+            return q
         if not qdir.is_dir() or qdir.is_symlink():
             raise NotFoundError(f"no consume queue for {topic}/{queue_id}", qdir)
         return cls(qdir, topic, queue_id, file_size, strict)
@@ -225,6 +270,8 @@ class ConsumeQueue(_QueueBase):
         Only the readable (valid) part of the first file is scanned; if nothing qualifies
         the broker keeps its initial value, 0.
         """
+        if self._rocks is not None:
+            return self._rocks.min_offset(commit_log_min_offset)
         if not self.files:
             return 0
         first = self.files[0]

@@ -103,7 +103,7 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     root = Path(root)
     if not root.is_dir():
         raise StoreError("not a directory", root)
-    check_not_rocksdb(root)
+    check_not_rocksdb(root, "append")
     if any(n.startswith("dledger-") for n in os.listdir(root)):
         raise UnsupportedError("DLedger commitlog mode: appending is not supported", root)
     abort = read_abort(root)

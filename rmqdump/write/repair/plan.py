@@ -75,7 +75,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     if store.root is None:
         raise StoreError("repair needs a store root (with commitlog/, consumequeue/, index/ ...)", root)
     root = store.root
-    check_not_rocksdb(root)
+    check_not_rocksdb(root, "repair")
     cl = store.commitlog
     plan = RepairPlan(root, salvage=salvage)
     abort = read_abort(root)
