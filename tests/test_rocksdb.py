@@ -160,6 +160,25 @@ def test_a_missing_unit_is_a_finding(stores):
     assert got and any("TopicTest/2" in json.dumps(x) for x in got), got
 
 
+def test_units_compacted_below_the_min_are_no_holes(stores):
+    """RocksDB deletes the units below the commitlog minimum (its compaction filter) and moves the min entry:
+    the queue starts at its first unit (a file CQ would still hold them in its first file)."""
+    _, r = stores
+    from rmqdump.store.rocksdb.cq import cq_key, offset_key, offset_value
+
+    db = rocksdict.Rdict(str(r / "consumequeue"), rocksdict.Options(raw_mode=True),
+                         column_families={"offset": rocksdict.Options(raw_mode=True)})
+    for i in range(3):
+        del db[cq_key("TopicTest", 1, i)]
+    unit3 = db[cq_key("TopicTest", 1, 3)]
+    db.get_column_family("offset")[offset_key("TopicTest", 1, "min")] = offset_value(
+        int.from_bytes(unit3[:8], "big"), 3)
+    db.close()
+    (r / "consumequeue" / "rocksdict-config.json").unlink(missing_ok=True)
+    q = [x for x in doc("cq", r)["queues"] if (x["topic"], x["queue_id"]) == ("TopicTest", 1)][0]
+    assert (q["min_offset"], q["max_offset"], q["holes"]) == (3, 11, 0)
+
+
 @pytest.mark.parametrize("cmd", [["append", "--topic", "T", "--body", "x"], ["repair"], ["repair", "--apply"]])
 def test_writers_refuse(stores, cmd):
     _, r = stores

@@ -320,6 +320,8 @@ class ConsumeQueue(_QueueBase):
         """
         end = self.max_offset if stop is None else min(stop, self.max_offset)
         first = self.files[0].start // CQ_STORE_UNIT_SIZE if self.files else 0
+        if self._rocks is not None:  # a RocksDB queue starts at its first unit, not at its first file's start
+            first = max(first, self._rocks.start)
         begin = first if start is None else max(start, first)
         if begin >= end:
             return

@@ -148,16 +148,28 @@ class RocksConsumeQueues:
     def units(self, topic: str, queue_id: int, start: int = 0, stop: int | None = None):
         """(cqOffset, 28-byte value) of a queue's units in [start, stop), in cqOffset order."""
         prefix = queue_prefix(topic, queue_id)
+        n = len(prefix)
         for k, v in self.db.items("default", prefix + max(start, 0).to_bytes(8, "big")):
-            if not k.startswith(prefix) or len(k) != len(prefix) + 8:
+            if len(k) != n + 8 or k[:n] != prefix:
                 return
-            off = _i64(k[len(prefix):])
+            off = int.from_bytes(k[n:], "big", signed=True)
             if stop is not None and off >= stop:
                 return
             if len(v) != CQ_VALUE_SIZE:
                 raise FormatError(f"consume queue unit {topic}/{queue_id}/{off} is {len(v)} bytes, not "
                                   f"{CQ_VALUE_SIZE}", self.path)
             yield off, v
+
+    def unit_rows(self, topic: str, queue_id: int, start: int, stop: int) -> list[tuple[int, bytes]]:
+        """(cqOffset, 28-byte value) of a queue's units in [start, stop) (0 <= start < stop), as one list."""
+        prefix = queue_prefix(topic, queue_id)
+        n = len(prefix)
+        rows = self.db.range("default", prefix + start.to_bytes(8, "big"), prefix + stop.to_bytes(8, "big"))
+        bad = [k for k, v in rows if len(k) != n + 8 or len(v) != CQ_VALUE_SIZE]
+        if bad:
+            raise FormatError(f"consume queue {topic}/{queue_id}: key {bad[0].hex()} or its value does not follow "
+                              f"the RocksDB CQ layout ({CQ_VALUE_SIZE}-byte values)", self.path)
+        return [(int.from_bytes(k[n:], "big"), v) for k, v in rows]
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(first cqOffset, max offset): from the offset table's min and max entries where present, else from

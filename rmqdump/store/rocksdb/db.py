@@ -84,13 +84,18 @@ class RocksDB:
 
     def items(self, family: str = "default", start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs of a column family in key order, from ``start`` (the first key if None)."""
-        it = self.family(family).iter()
         try:
-            it.seek(start) if start is not None else it.seek_to_first()
-            while it.valid():
-                yield it.key(), it.value()
-                it.next()
-            it.status()
+            yield from self.family(family).items(from_key=start)
+        except Exception as exc:
+            raise StoreError(f"RocksDB read failed: {_one_line(exc)}", self.path) from None
+
+    def range(self, family: str, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
+        """Every (key, value) with ``start <= key < stop`` in key order (the bound is RocksDB's, no key past it
+        is read)."""
+        ro = _binding().ReadOptions()
+        ro.set_iterate_upper_bound(stop)
+        try:
+            return list(self.family(family).items(from_key=start, read_opt=ro))
         except Exception as exc:
             raise StoreError(f"RocksDB read failed: {_one_line(exc)}", self.path) from None
 

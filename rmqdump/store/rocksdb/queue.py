@@ -19,10 +19,10 @@ import os
 import weakref
 from pathlib import Path
 
-from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, MAPPED_FILE_SIZE_CONSUME_QUEUE, STORE_CONSUMEQUEUE_DIR
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, MAPPED_FILE_SIZE_CONSUME_QUEUE
 from rmqdump.store.consumequeue.discovery import MappedFileInfo
 from rmqdump.store.consumequeue.entries import file_name
-from rmqdump.store.rocksdb.cq import FILE_UNIT_SIZE, RocksConsumeQueues, is_rocksdb_cq, queue_prefix
+from rmqdump.store.rocksdb.cq import FILE_UNIT_SIZE, RocksConsumeQueues, queue_prefix
 
 _SOURCES: weakref.WeakValueDictionary[str, RocksQueue] = weakref.WeakValueDictionary()
 _STORES: dict[str, RocksConsumeQueues] = {}
@@ -34,12 +34,6 @@ def _store(root: Path) -> RocksConsumeQueues:
     if rq is None:
         rq = _STORES[key] = RocksConsumeQueues(root)
     return rq
-
-
-def rocks_queue_for(path: str | os.PathLike) -> bool:
-    """True if ``path`` (``<root>/consumequeue/<topic>/<queueId>``) names a queue of a RocksDB consume queue."""
-    p = Path(path)
-    return p.parent.parent.name == STORE_CONSUMEQUEUE_DIR and is_rocksdb_cq(p.parent.parent.parent)
 
 
 class RocksQueue:
@@ -62,6 +56,11 @@ class RocksQueue:
             len(last_key) == n else None
         self._cached: tuple[int, bytes] | None = None
 
+    @property
+    def start(self) -> int:
+        """The first unit's cqOffset (the offset table's min when the queue has no unit)."""
+        return self.lowest if self.lowest is not None else self.first
+
     def files(self) -> list[MappedFileInfo]:
         """The virtual files covering every unit and the offset table's range."""
         per = self.file_size // CQ_STORE_UNIT_SIZE
@@ -83,13 +82,18 @@ class RocksQueue:
             return self._cached[1]
         per = self.file_size // CQ_STORE_UNIT_SIZE
         base = start // CQ_STORE_UNIT_SIZE
-        buf = bytearray()
-        for off, value in self.store.units(self.topic, self.queue_id, base, base + per):
-            pos = (off - base) * CQ_STORE_UNIT_SIZE
-            if pos > len(buf):
-                buf.extend(bytes(pos - len(buf)))
-            buf.extend(value[:FILE_UNIT_SIZE])
-        data = bytes(buf)
+        rows = self.store.unit_rows(self.topic, self.queue_id, base, base + per)
+        first = rows[0][0] - base if rows else 0
+        if rows and rows[-1][0] - rows[0][0] == len(rows) - 1:  # no key missing: one join
+            data = bytes(first * CQ_STORE_UNIT_SIZE) + b"".join([v[:FILE_UNIT_SIZE] for _, v in rows])
+        else:
+            buf = bytearray()
+            for off, value in rows:
+                pos = (off - base) * CQ_STORE_UNIT_SIZE
+                if pos > len(buf):
+                    buf.extend(bytes(pos - len(buf)))
+                buf.extend(value[:FILE_UNIT_SIZE])
+            data = bytes(buf)
         self._cached = (start, data)
         return data
 
