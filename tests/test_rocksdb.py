@@ -215,3 +215,13 @@ def test_without_the_binding_the_extra_is_named(stores, monkeypatch):
         res = run(*args)
         assert res.exit_code != 0
         assert "pip install 'rmqdump[rocksdb]'" in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_file_level_tools_name_the_rocksdb_queue(stores):
+    """diff and fingerprint compare CQ files: a RocksDB queue has none, and they say so (was: cannot list)."""
+    _, r = stores
+    from rmqdump.errors import UnsupportedError
+    from rmqdump.store.consumequeue import list_mapped_files
+
+    with pytest.raises(UnsupportedError, match="RocksDB consume queue has no mapped files"):
+        list_mapped_files(r / "consumequeue" / "TopicTest" / "0")

@@ -105,6 +105,9 @@ def list_mapped_files(queue_dir: str | os.PathLike) -> tuple[list[MappedFileInfo
     try:
         entries = list(os.scandir(qdir))
     except OSError as exc:
+        if qdir.parent.parent.name == STORE_CONSUMEQUEUE_DIR and is_rocksdb_cq(qdir.parent.parent.parent):
+            raise UnsupportedError("a queue of a RocksDB consume queue has no mapped files: its units are keys of "
+                                   "the consumequeue/ database (not compared or digested file by file)", qdir) from None
         raise StoreError(f"cannot list queue directory: {exc.strerror}", qdir) from None
     files: list[MappedFileInfo] = []
     stray: list[Path] = []

@@ -160,6 +160,24 @@ class RocksConsumeQueues:
                                   f"{CQ_VALUE_SIZE}", self.path)
             yield off, v
 
+    def contiguous_values(self, topic: str, queue_id: int, start: int, stop: int) -> tuple[int, list[bytes]] | None:
+        """(first cqOffset, values) of the units in [start, stop) when no key is missing between the first and
+        the last (two seeks and the values alone); None otherwise (use :meth:`unit_rows`)."""
+        prefix = queue_prefix(topic, queue_id)
+        n = len(prefix)
+        lo, hi = prefix + start.to_bytes(8, "big"), prefix + stop.to_bytes(8, "big")
+        first = self.db.seek_keys("default", lo)
+        if first is None or first >= hi:
+            return start, []
+        last = self.db.last_key_before("default", prefix + (stop - 1).to_bytes(8, "big"))
+        if len(first) != n + 8 or last is None or len(last) != n + 8 or last[:n] != prefix:
+            return None
+        a, b = int.from_bytes(first[n:], "big"), int.from_bytes(last[n:], "big")
+        values = self.db.range_values("default", lo, hi)
+        if len(values) != b - a + 1 or sum(map(len, values)) != CQ_VALUE_SIZE * len(values):
+            return None
+        return a, values
+
     def unit_rows(self, topic: str, queue_id: int, start: int, stop: int) -> list[tuple[int, bytes]]:
         """(cqOffset, 28-byte value) of a queue's units in [start, stop) (0 <= start < stop), as one list."""
         prefix = queue_prefix(topic, queue_id)

@@ -99,6 +99,15 @@ class RocksDB:
         except Exception as exc:
             raise StoreError(f"RocksDB read failed: {_one_line(exc)}", self.path) from None
 
+    def range_values(self, family: str, start: bytes, stop: bytes) -> list[bytes]:
+        """The values of :meth:`range` alone (no key objects: half the work)."""
+        ro = _binding().ReadOptions()
+        ro.set_iterate_upper_bound(stop)
+        try:
+            return list(self.family(family).values(from_key=start, read_opt=ro))
+        except Exception as exc:
+            raise StoreError(f"RocksDB read failed: {_one_line(exc)}", self.path) from None
+
     def seek_keys(self, family: str, start: bytes) -> bytes | None:
         """The first key >= ``start`` in a column family, None past the last."""
         for k, _ in self.items(family, start):

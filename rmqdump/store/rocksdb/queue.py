@@ -82,13 +82,13 @@ class RocksQueue:
             return self._cached[1]
         per = self.file_size // CQ_STORE_UNIT_SIZE
         base = start // CQ_STORE_UNIT_SIZE
-        rows = self.store.unit_rows(self.topic, self.queue_id, base, base + per)
-        first = rows[0][0] - base if rows else 0
-        if rows and rows[-1][0] - rows[0][0] == len(rows) - 1:  # no key missing: one join
-            data = bytes(first * CQ_STORE_UNIT_SIZE) + b"".join([v[:FILE_UNIT_SIZE] for _, v in rows])
+        run = self.store.contiguous_values(self.topic, self.queue_id, base, base + per)
+        if run is not None:  # no key missing: one join
+            first, values = run
+            data = bytes((first - base) * CQ_STORE_UNIT_SIZE) + b"".join([v[:FILE_UNIT_SIZE] for v in values])
         else:
             buf = bytearray()
-            for off, value in rows:
+            for off, value in self.store.unit_rows(self.topic, self.queue_id, base, base + per):
                 pos = (off - base) * CQ_STORE_UNIT_SIZE
                 if pos > len(buf):
                     buf.extend(bytes(pos - len(buf)))
