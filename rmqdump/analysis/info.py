@@ -79,6 +79,9 @@ def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
             "problems": [f.to_dict() for f in cl.problems],
         },
     }
+    if len(getattr(cl, "paths", ())) > 1:  # multi-path: which folder holds which segment
+        doc["commitlog"]["folders"] = [{"directory": str(d), "segments": [s.name for s in cl.segments
+                                                                          if s.path.parent == d]} for d in cl.paths]
     if store.root is None:
         return doc
     doc = _root_parts(doc, store.root, seen)

@@ -62,6 +62,9 @@ def _render_commitlog(console: Console, cl: dict) -> None:
         f"commitlog: {len(cl['segments'])} segments of {cl['file_size']} bytes; offsets "
         f"{cl['min_offset']}..{cl['max_offset']} ({cl['bytes_in_use']} bytes in use, "
         f"{cl['bytes_on_disk']} on disk); end: {cl['end_reason']}")))
+    for f in cl.get("folders", ()):
+        console.print(Text(escape_control(f"  folder {f['directory']}: {len(f['segments'])} segments"
+                                          + (f" ({f['segments'][0]}..{f['segments'][-1]})" if f["segments"] else ""))))
     for p in cl["problems"]:
         console.print(Text(escape_control(f"  {p['severity']}: {p['kind']}: {p['file']}: {p['detail']}"),
                            style="red" if p["severity"] == "error" else "yellow"))

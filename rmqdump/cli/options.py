@@ -9,7 +9,7 @@
 | store-time window | ``--since/--until``; ``--begin/--end`` aliases (:data:`time_window_options`) | scan, export, lookup, spark |
 | how many records | ``--limit/-n``; ``--max`` alias (:func:`limit_option`) | scan, lookup, spark lookup |
 | record filters | ``--topic --queue --tag --key --body-contains --body-regex`` + the time window (:func:`record_filter_options`) | scan, export, spark export |
-| reading | ``--no-mmap``, ``--max-message-size`` (:data:`access_options`; :func:`rmqdump.codec.layout.record_size_limit`) | every reader |
+| reading | ``--no-mmap``, ``--max-message-size``, ``--commitlog-path A,B``/``--broker-config FILE`` (multi-path commitlog) (:data:`access_options`; :func:`rmqdump.codec.layout.record_size_limit`) | every reader |
 
 ``append --body TEXT`` is a different idea (the body to write), not a rendering.
 """
@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -209,11 +210,21 @@ def live_broker(paths) -> tuple[str, int] | None:
 
 
 def access_options(f):
-    """``--no-mmap`` and ``--max-message-size``. A store whose broker lock is held (a live broker, which
-    may truncate a file under a mapping: SIGBUS) is read with pread as if ``--no-mmap`` were given."""
+    """``--no-mmap``, ``--max-message-size``, ``--commitlog-path`` and ``--broker-config`` (the latter shared with
+    a command's own geometry option when it has one). A store whose broker lock is held (a live broker, which
+    may truncate a file under a mapping: SIGBUS) is read with pread as if ``--no-mmap`` were given. The commitlog
+    folders apply to every store the command opens (:func:`rmqdump.store.root.commitlog_paths`)."""
+    own_config = "broker_config" in inspect.signature(f).parameters  # the command declares --broker-config
 
     @functools.wraps(f)
-    def command(*args, no_mmap: bool, **kwargs):
+    def command(*args, no_mmap: bool, commitlog_path: str | None, **kwargs):
+        from rmqdump.store.root import broker_config_commitlog_paths, commitlog_paths, split_paths
+
+        broker_config = kwargs.get("broker_config") if own_config else kwargs.pop("broker_config", None)
+        paths = split_paths(commitlog_path) if commitlog_path else None
+        if paths is None and broker_config:
+            paths = broker_config_commitlog_paths(broker_config)
+            paths = paths if len(paths) > 1 else None  # one folder: the store's own commitlog/ layout
         if not no_mmap:
             src = kwargs.get("store") or kwargs.get("path") or kwargs.get("stores")
             live = live_broker(src if isinstance(src, (list, tuple)) else [src]) if src else None
@@ -224,7 +235,18 @@ def access_options(f):
 
                     diag(f"process {live[1]} holds {live[0]}/lock (a live broker): reading with pread, as with "
                          "--no-mmap (a file truncated under a mapping would end rmqdump with SIGBUS)")
-        return f(*args, no_mmap=no_mmap, **kwargs)
+        with commitlog_paths(paths):
+            return f(*args, no_mmap=no_mmap, **kwargs)
+
+    if not own_config:
+        command = click.option("--broker-config", type=click.Path(exists=True, dir_okay=False), default=None,
+                               metavar="FILE",
+                               help="The broker's properties file: its storePathCommitLog (and "
+                                    "readOnlyCommitLogStorePaths) name the commitlog folders when there are "
+                                    "several.")(command)
+    command = click.option("--commitlog-path", default=None, metavar="A,B",
+                           help="Commitlog folders, comma-separated as the broker's storePathCommitLog (multi-path); "
+                                "relative ones are inside STORE. Default: STORE/commitlog.")(command)
 
     command = click.option("--max-message-size", type=click.IntRange(1, 1 << 30), default=4 * 1024 * 1024,
                            show_default=True,

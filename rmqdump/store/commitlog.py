@@ -53,6 +53,8 @@ class CommitLog:
         self.file_size = file_size
         self.location = location
         self.problems = problems
+        #: every commitlog folder read (more than one: a multi-path ``storePathCommitLog``)
+        self.paths: list[Path] = [location]
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> CommitLog:
@@ -74,12 +76,23 @@ class CommitLog:
 
     @classmethod
     def from_directory(cls, d: Path) -> CommitLog:
+        return cls.from_directories([d])
+
+    @classmethod
+    def from_directories(cls, dirs: list[Path]) -> CommitLog:
+        """Segments of one or more folders (``storePathCommitLog="a,b"``: RocketMQ's
+        ``MultiPathMappedFileQueue`` lists every folder and loads all their files sorted by name, so a name
+        in two folders loads twice)."""
         problems: list[Finding] = []
         segs: list[Segment] = []
-        try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
-        except OSError as e:
-            raise StoreError(f"cannot list directory: {e.strerror}", d) from None
+        entries: list[os.DirEntry] = []
+        for d in dirs:
+            try:
+                entries += list(os.scandir(d))
+            except OSError as e:
+                raise StoreError(f"cannot list directory: {e.strerror}", d) from None
+        entries.sort(key=lambda e: e.name)
+        owner: dict[str, str] = {}
         for e in entries:
             start = parse_file_name(e.name)
             if e.is_dir(follow_symlinks=False):
@@ -98,9 +111,15 @@ class CommitLog:
                 problems.append(Finding(WARNING, "stray_file", str(Path(e.path)), None,
                                         "not a 20-digit segment name; ignored"))
                 continue
+            if e.name in owner:
+                problems.append(Finding(ERROR, "segment_duplicate", str(Path(e.path)), None,
+                                        f"{e.name} is also in {owner[e.name]}: two commitlog folders hold the "
+                                        "same segment (the broker maps both at one offset); this copy is not read"))
+                continue
+            owner[e.name] = str(Path(e.path).parent)
             segs.append(Segment(Path(e.path), start, e.stat().st_size))
         if not segs:
-            raise StoreError("no commitlog segments (20-digit files) found; is this a RocketMQ store?", d)
+            raise StoreError("no commitlog segments (20-digit files) found; is this a RocketMQ store?", dirs[0])
         sizes = Counter(s.size for s in segs if s.size > 0)
         file_size = max(sizes.items(), key=lambda kv: (kv[1], kv[0]))[0] if sizes else 0
         for s in segs:
@@ -118,12 +137,16 @@ class CommitLog:
         for a, b in zip(segs, segs[1:], strict=False):
             if file_size and a.start + file_size != b.start:
                 problems.append(Finding(ERROR, "segment_gap", str(b.path), None,
-                                        f"expected start {a.start + file_size} after {a.name}, found {b.start}"))
+                                        f"expected start {a.start + file_size} after {a.name}, found {b.start}"
+                                        + (f" (folders {a.path.parent}, {b.path.parent}; the missing segment is in "
+                                           "none of them)" if len(dirs) > 1 else "")))
         for s in segs:
             if file_size and s.start % file_size:
                 problems.append(Finding(WARNING, "segment_alignment", str(s.path), None,
                                         f"start offset {s.start} is not a multiple of the file size {file_size}"))
-        return cls(segs, file_size, d, problems)
+        out = cls(segs, file_size, dirs[0], problems)
+        out.paths = list(dirs)
+        return out
 
     @property
     def min_offset(self) -> int:

@@ -102,9 +102,10 @@ CQEXT = _k("consumequeue_ext/", NAMED, "ConsumeQueueExt files (enableConsumeQueu
 COMPACTION = _k("compaction/", NAMED, "compaction store: position-checkpoint, compactionLog/, compactionCq/",
                 "compaction")
 DLEDGER = _k("dledger-<selfId>/", READ, "DLedger commitlog: data/, index/, checkpoint, currterm", "dledger")
-CONTROLLER = _k("epochFileCheckpoint[.bak]|brokerIdentity", NAMED, "controller-mode HA metadata", "controller")
-MULTIPATH = _k("<dir>/[commitlog/]<offset>", NAMED, "another commitlog folder (multi-path storePathCommitLog)",
-               "multi_path")
+CONTROLLER = _k("epochFileCheckpoint[.bak]|brokerIdentity[-temp][.bak]", NAMED, "controller-mode HA metadata",
+                "controller")
+MULTIPATH = _k("<dir>/[commitlog/]<offset>", READ, "another commitlog folder (multi-path storePathCommitLog; read "
+               "with --commitlog-path or --broker-config)", "multi_path")
 TRANSACTION = _k("transaction/", NAMED, "legacy transaction state table / redo log (path helpers only)")
 
 _CFG_READ_NAMES = {"topics.json", "consumerOffset.json", "delayOffset.json", "subscriptionGroup.json"}
@@ -217,6 +218,23 @@ def _looks_like_commitlog_folder(path: Path) -> Rule | None:
     return None
 
 
+def other_commitlog_folders(root: str | os.PathLike) -> list[Path]:
+    """Root-level folders besides ``commitlog/`` that hold commitlog segments (a multi-path store's other
+    ``storePathCommitLog`` folders kept inside the store root), each as the folder holding the segments."""
+    out: list[Path] = []
+    try:
+        names = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return out
+    for name in names:
+        if name in _ROOT or name.startswith("dledger-"):
+            continue
+        rule = _looks_like_commitlog_folder(Path(root) / name)
+        if rule is not None:
+            out.append(Path(root) / name / (STORE_COMMITLOG_DIR if rule is _multipath_holder else ""))
+    return out
+
+
 _ROOT: dict[str, tuple[Kind, bool, Rule | None]] = {  # name -> (kind, is a directory, children)
     STORE_COMMITLOG_DIR: (CL_DIR, True, _files(CL_SEG, _OFFSET_NAME)),
     STORE_CONSUMEQUEUE_DIR: (CQ_DIR, True, _queues(CQ_TOPIC, CQ_QUEUE, CQ_FILE, ROCKS_CQ)),
@@ -236,6 +254,9 @@ _ROOT: dict[str, tuple[Kind, bool, Rule | None]] = {  # name -> (kind, is a dire
     "epochFileCheckpoint": (CONTROLLER, False, None),
     "epochFileCheckpoint.bak": (CONTROLLER, False, None),
     "brokerIdentity": (CONTROLLER, False, None),
+    "brokerIdentity.bak": (CONTROLLER, False, None),  # MetadataFile.writeToFile: MixAll.string2File keeps a .bak
+    "brokerIdentity-temp": (CONTROLLER, False, None),  # ReplicasManager's TempBrokerMetadata (+ "-temp")
+    "brokerIdentity-temp.bak": (CONTROLLER, False, None),
     "transaction": (TRANSACTION, True, _all(TRANSACTION, 1)),
 }
 
@@ -394,7 +415,7 @@ FEATURES = (
     ("v2", "V2 magic records (topics over 127 UTF-16 units)", READS),
     ("dledger", "DLedger commitlog (enableDLegerCommitLog)", READS),
     ("controller", "controller mode (epochFileCheckpoint, brokerIdentity)", NAMES_ONLY),
-    ("multi_path", "multi-path commitlog (storePathCommitLog a,b)", NAMES_ONLY),
+    ("multi_path", "multi-path commitlog (storePathCommitLog a,b)", READS),
     ("compaction", "compaction store (cleanup.policy=COMPACTION)", NAMES_ONLY),
     ("cq_ext", "ConsumeQueueExt (enableConsumeQueueExt)", NAMES_ONLY),
 )
@@ -427,4 +448,4 @@ def detect_features(inv: Inventory, *, batch_topics: set[str] | None = None, v2:
 
 
 __all__ = ["FEATURES", "KINDS", "NAMED", "NAMES_ONLY", "READ", "READS", "UNKNOWN", "Group", "Inventory", "Kind",
-           "detect_features", "take_inventory"]
+           "detect_features", "other_commitlog_folders", "take_inventory"]

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +22,61 @@ from rmqdump.codec.layout import (
 )
 from rmqdump.disk.segment import parse_file_name
 from rmqdump.errors import StoreError
+from rmqdump.findings import WARNING, Finding
 from rmqdump.store.commitlog import CommitLog
 from rmqdump.store.dledger.files import find_dledger, has_data_files, is_dledger_segment
+
+#: the commitlog folders (``storePathCommitLog="a,b"``) every :meth:`Store.open` uses unless told; see
+#: :func:`commitlog_paths`
+_COMMITLOG_PATHS: ContextVar[tuple[str, ...] | None] = ContextVar("rmqdump_commitlog_paths", default=None)
+
+
+@contextmanager
+def commitlog_paths(paths: list[str] | tuple[str, ...] | None) -> Iterator[None]:
+    """Within the block, :meth:`Store.open` reads the commitlog from these folders (a multi-path
+    ``storePathCommitLog``; relative ones are taken relative to the store root). None: the store's own."""
+    token = _COMMITLOG_PATHS.set(tuple(paths) if paths else None)
+    try:
+        yield
+    finally:
+        _COMMITLOG_PATHS.reset(token)
+
+
+def split_paths(value: str) -> list[str]:
+    """A ``storePathCommitLog`` value split as RocketMQ splits it (``MULTI_PATH_SPLITTER`` is a comma)."""
+    return [v.strip() for v in value.strip().split(",") if v.strip()]
+
+
+def broker_config_commitlog_paths(path: str | os.PathLike) -> list[str]:
+    """The commitlog folders a broker properties file names: ``storePathCommitLog`` (comma-separated) plus
+    ``readOnlyCommitLogStorePaths``, which ``MultiPathMappedFileQueue.load`` lists too; empty when neither is
+    set (``StoreError`` if the file cannot be read)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise StoreError(f"cannot read broker config: {e.strerror}", Path(path)) from None
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, value = (re.split(r"\s*[=:]\s*|\s+", line, maxsplit=1) + [""])[:2]
+        props[key] = value.strip()
+    out = split_paths(props.get("storePathCommitLog", ""))
+    return out + [r for r in split_paths(props.get("readOnlyCommitLogStorePaths", "")) if r not in out]
+
+
+def _hint_other_folders(cl: CommitLog, root: Path) -> None:
+    """Commitlog segments in another folder of the store root, not read: say how to read the whole log."""
+    from rmqdump.store.inventory import other_commitlog_folders
+
+    others = other_commitlog_folders(root)
+    if others:
+        names = [STORE_COMMITLOG_DIR] + [str(o.relative_to(root)).rstrip("/") for o in others]
+        cl.problems.append(Finding(WARNING, "commitlog_path_unread", str(others[0]), None,
+                                   f"{', '.join(names[1:])} also hold(s) commitlog segments (a multi-path "
+                                   f"storePathCommitLog?), not read: give --commitlog-path {','.join(names)}"))
+
 
 _PARTS = {
     "consumequeue": STORE_CONSUMEQUEUE_DIR,
@@ -42,8 +99,9 @@ class Store:
     missing: list[str] = field(default_factory=list)
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Store:
-        """Open a store root, its ``commitlog/`` directory, or a single segment file."""
+    def open(cls, path: str | os.PathLike, commitlog_paths: list[str] | None = None) -> Store:
+        """Open a store root, its ``commitlog/`` directory, or a single segment file. ``commitlog_paths``
+        (default: those of :func:`commitlog_paths`) reads the commitlog from several folders."""
         p = Path(path)
         if not p.exists():
             raise StoreError("no such file or directory", p)
@@ -53,6 +111,9 @@ class Store:
         dl = find_dledger(p) if p.is_dir() else None
         if dl is not None and has_data_files(dl.data_dir):
             return cls._open_dledger(p, dl)
+        multi = commitlog_paths if commitlog_paths is not None else _COMMITLOG_PATHS.get()
+        if multi and p.is_dir():
+            return cls._open_multipath(p, list(multi))
         if p.is_dir() and (p / STORE_COMMITLOG_DIR).is_dir():
             root = p
         elif p.is_dir() and p.name == STORE_COMMITLOG_DIR:
@@ -64,6 +125,8 @@ class Store:
         else:
             root = None
         cl = CommitLog.open(p if root is None else root / STORE_COMMITLOG_DIR)
+        if root is not None:
+            _hint_other_folders(cl, root)
         if root is None and cl.segments and is_dledger_segment(cl.segments[0]):
             from rmqdump.store.dledger.log import DLedgerCommitLog
 
@@ -79,6 +142,24 @@ class Store:
         old = root / STORE_COMMITLOG_DIR
         if old.is_dir() and has_data_files(old):  # mixed: a broker switched to DLedger keeps its old files
             cl = cl.after_old_commitlog(CommitLog.from_directory(old))
+        return cls(cl, root)._find_parts()
+
+    @classmethod
+    def _open_multipath(cls, p: Path, paths: list[str]) -> Store:
+        """A commitlog spread over several folders; relative folders are taken relative to the store root."""
+        root = p.parent if p.name == STORE_COMMITLOG_DIR and not (p / STORE_COMMITLOG_DIR).is_dir() else p
+        dirs: list[Path] = []
+        for s in paths:
+            d = Path(s) if os.path.isabs(s) else root / s
+            if d not in dirs:
+                dirs.append(d)
+        present = [d for d in dirs if d.is_dir()]
+        if not present:
+            raise StoreError("none of the commitlog folders exists: " + ", ".join(map(str, dirs)), root)
+        cl = CommitLog.from_directories(present)
+        cl.problems += [Finding(WARNING, "commitlog_path_missing", str(d), None,
+                                "a configured commitlog folder does not exist (the broker skips it)")
+                        for d in dirs if d not in present]
         return cls(cl, root)._find_parts()
 
     def _find_parts(self) -> Store:

@@ -41,6 +41,19 @@ from rmqdump.write.writer import StoreWriter
 DEFAULT_STORE_HOST = "127.0.0.1:10911"
 
 
+def _refuse_multipath(root: Path) -> None:
+    """A multi-path commitlog (``storePathCommitLog="a,b"``): the broker places each new file by its own rule
+    (``MultiPathMappedFileQueue``: writable, not-full folders sorted, file index modulo their count), which
+    depends on disk fullness rmqdump cannot see; so refuse rather than guess."""
+    from rmqdump.store.inventory import other_commitlog_folders
+
+    others = other_commitlog_folders(root) if Path(root).is_dir() else []
+    if others:
+        raise UnsupportedError("refusing to append: multi-path commitlog (storePathCommitLog has several folders; "
+                               f"also {', '.join(str(o) for o in others)}); the broker's file placement depends on "
+                               "which disks are full, so rmqdump does not write such a store", root)
+
+
 def _batch_topic_refusal(topic: str) -> str:
     return (f"topic {topic!r} is a BatchCQ topic (batchconsumequeue/{topic}): appending to it is not supported "
             "(rmqdump writes ConsumeQueue entries, the broker reads BatchConsumeQueue units for this topic)")
@@ -99,6 +112,7 @@ class LockedAppender:
 
         root = self.root
         refuse_dledger(root, "append")
+        _refuse_multipath(root)
         if not root.exists():
             if not self.create:
                 raise StoreError("no such store (use --init to create one)", root)
