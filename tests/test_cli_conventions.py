@@ -126,6 +126,7 @@ def _smoke_args(name: str, store, tmp_path) -> list[str]:
                    "600", "--topic", "TopicTest", "--body", "smoke"],
         "export": ["export", s, "--to", str(tmp_path / "out.jsonl")],
         "bundle": ["bundle", s, "--to", str(tmp_path / "bundle.tar.gz")],
+        "report": ["report", s, "--to", str(tmp_path / "report.html")],
         "diff": ["diff", s, s],
         "spark lookup": ["spark", "lookup", s, "--key", "key-1"],
     }.get(name, [*name.split(), s])
@@ -184,6 +185,7 @@ def _error_args(name: str, path: str, tmp_path) -> list[str]:
         "append": ["append", path, "--topic", "T", "--body", "x"],
         "export": ["export", path, "--to", str(tmp_path / "o.jsonl")],
         "bundle": ["bundle", path, "--to", str(tmp_path / "o.tar.gz")],
+        "report": ["report", path, "--to", str(tmp_path / "o.html")],
         "diff": ["diff", path, path],
         "spark export": ["spark", "export", path, "--out", str(tmp_path / "o")],
         "spark lookup": ["spark", "lookup", path, "--key", "x"],

@@ -75,9 +75,14 @@ def collect(path: str | os.PathLike, *, keep_going: bool = False, version: str =
 
     store = Store.open(path)
     total = sum(s.size for s in store.commitlog.segments)
+    began = time.monotonic()
     vrep = verify_store(store, keep_going=keep_going, use_mmap=use_mmap, version=version,
                         max_record_size=max_record_size,
                         progress=(lambda done, _t: progress(done)) if progress else None)
+    vdoc = vrep.to_dict()
+    ns = _next_start_doc(store, vrep, total, time.monotonic() - began)
+    if ns is not _ABSENT:
+        vdoc["next_start"] = ns
     sdoc = compute_stats(path, use_mmap=use_mmap, max_record_size=max_record_size,
                          progress=(lambda done: progress(total + done)) if progress else None)
     cons: dict = {"rows": None, "why_not": None, "offsets_file": None, "problems": []}
@@ -96,7 +101,25 @@ def collect(path: str | os.PathLike, *, keep_going: bool = False, version: str =
                             problems=list(rep.problems), groups=_groups(rep))
     return {"store": str(store.root if store.root is not None else store.commitlog.location),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "verify": vrep.to_dict(), "verify_exit_code": vrep.exit_code, "stats": sdoc, "consumers": cons}
+            "verify": vdoc, "verify_exit_code": vrep.exit_code, "stats": sdoc, "consumers": cons}
+
+
+_ABSENT = object()
+
+
+def _next_start_doc(store, vrep, nbytes: int, seconds: float):
+    """verify's ``next_start`` object, made as ``verify -f json`` makes it (the broker's next start at the rate
+    verify's walk just ran); :data:`_ABSENT` when this rmqdump has no estimate (the key is left out)."""
+    try:
+        from rmqdump.broker.recovery.cost import measured_rate, next_start
+    except ImportError:
+        return _ABSENT
+    if vrep.recovery is None:
+        return None
+    try:
+        return next_start(vrep.recovery, store, measured_rate(nbytes, seconds))
+    except RmqdumpError as e:
+        return {"estimated": False, "why_not": str(e)}
 
 
 def _groups(rep) -> list[dict]:
@@ -334,7 +357,8 @@ def _next_start(v: dict) -> str:
     rows = [(text(k), num(f"{key}.{k}", val) if isinstance(val, int) and not isinstance(val, bool) else text(val))
             for k, val in ns.items() if isinstance(val, (int, float, str, bool)) and val is not None]
     return ('<section id="next-start"><h2>Next start (estimate)</h2>'
-            + "".join(f"<p>{text(line)}</p>" for line in lines if line) + _dl(rows) + "</section>")
+            + "".join(f"<p>{text(line)}</p>" for line in lines if line)
+            + f"<details><summary>every field</summary>{_dl(rows)}</details></section>")
 
 
 def _bars(rows: list[tuple[str, int, str]], unit: str) -> str:
@@ -368,7 +392,7 @@ def _hours(st: dict) -> str:
     if not hs:
         return '<section id="hours"><h2>Records per hour (UTC, store time)</h2><p>none</p></section>'
     top = max(h["records"] for h in hs) or 1
-    n, ch = len(hs), 160
+    n, ch = len(hs), 110
     bw = min((W - 20) / n, 48)
     bars = []
     for i, h in enumerate(hs):
