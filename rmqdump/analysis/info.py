@@ -119,6 +119,7 @@ def _root_parts(doc: dict, root: Path, seen: dict) -> dict:
     doc["abort"] = (root / "abort").exists()
     doc["lock"] = _lock(root)
     doc["config"] = _config(root)
+    doc["controller"] = _controller(root)
     doc["inventory"], doc["features"] = _inventory(root, doc, seen)
     return doc
 
@@ -224,4 +225,22 @@ def _config(root: Path) -> dict:
                          "main_error": str(loaded.main_error) if loaded.main_error else None}
         except RmqdumpError as e:
             out[name] = {"error": str(e)}
+    return out
+
+
+def _controller(root: Path) -> dict | None:
+    """Controller-mode metadata: the epochs the broker would load and ``brokerIdentity`` (None: neither)."""
+    from rmqdump.store.epoch import read_broker_identity, read_epochs
+
+    ep, ident = read_epochs(root), read_broker_identity(root)
+    if ep is None and ident is None:
+        return None
+    out: dict = {"broker_identity": ident, "epochs": None}
+    if ep is not None:
+        out["epochs"] = [{"epoch": e.epoch, "start_offset": e.start_offset, "end_offset": e.end_offset}
+                         for e in ep.epochs]
+        out["epoch_file"] = ep.used.path.name if ep.used is not None else None
+        out["epoch_load_error"] = ep.load_error
+        out["epoch_file_problems"] = {f.path.name: f.fatal or f.io_error for f in (ep.main, ep.bak)
+                                      if f is not None and not f.ok}
     return out

@@ -41,10 +41,32 @@ def render(console: Console, doc: dict) -> None:
     else:
         _render_commitlog(console, cl)
     _render_parts(console, doc)
+    if doc.get("controller"):
+        _render_controller(console, doc["controller"])
     if doc.get("next_start"):
         _render_next_start(console, doc["next_start"])
     if "inventory" in doc:
         _render_inventory(console, doc["inventory"], doc["features"])
+
+
+def _render_controller(console: Console, c: dict) -> None:
+    """Controller mode: the broker identity and its epochs (epoch, start offset, end = the next start)."""
+    ident = c.get("broker_identity")
+    if ident:
+        console.print(Text(escape_control(f"broker identity: {ident['error']}" if "error" in ident else
+                                          f"broker identity: cluster {ident['cluster']}, broker "
+                                          f"{ident['broker_name']}, id {ident['broker_id']}")))
+    if c.get("epochs") is None:
+        return
+    for name, problem in c.get("epoch_file_problems", {}).items():
+        console.print(Text(escape_control(f"  {name}: {problem}"), style="yellow"))
+    if c.get("epoch_load_error"):
+        console.print(Text(escape_control(f"epochs: the broker cannot load them: {c['epoch_load_error']}"),
+                           style="red"))
+        return
+    spans = ", ".join(f"{e['epoch']}: {e['start_offset']}.." + ("" if e["end_offset"] is None else
+                                                                 str(e["end_offset"])) for e in c["epochs"])
+    console.print(Text(escape_control(f"epochs ({c.get('epoch_file')}): {spans or 'none'}")))
 
 
 def _render_next_start(console: Console, ns: dict) -> None:

@@ -102,8 +102,8 @@ CQEXT = _k("consumequeue_ext/", NAMED, "ConsumeQueueExt files (enableConsumeQueu
 COMPACTION = _k("compaction/", NAMED, "compaction store: position-checkpoint, compactionLog/, compactionCq/",
                 "compaction")
 DLEDGER = _k("dledger-<selfId>/", READ, "DLedger commitlog: data/, index/, checkpoint, currterm", "dledger")
-CONTROLLER = _k("epochFileCheckpoint[.bak]|brokerIdentity[-temp][.bak]", NAMED, "controller-mode HA metadata",
-                "controller")
+CONTROLLER = _k("epochFileCheckpoint[.bak]|brokerIdentity[-temp][.bak]", READ,
+                "controller-mode HA metadata: epochs and broker identity (info, verify)", "controller")
 MULTIPATH = _k("<dir>/[commitlog/]<offset>", READ, "another commitlog folder (multi-path storePathCommitLog; read "
                "with --commitlog-path or --broker-config)", "multi_path")
 TRANSACTION = _k("transaction/", NAMED, "legacy transaction state table / redo log (path helpers only)")
@@ -414,7 +414,7 @@ FEATURES = (
     ("crc32", "__CRC32# record CRC property (enabledAppendPropCRC)", READS),
     ("v2", "V2 magic records (topics over 127 UTF-16 units)", READS),
     ("dledger", "DLedger commitlog (enableDLegerCommitLog)", READS),
-    ("controller", "controller mode (epochFileCheckpoint, brokerIdentity)", NAMES_ONLY),
+    ("controller", "controller mode (epochFileCheckpoint, brokerIdentity)", READS),
     ("multi_path", "multi-path commitlog (storePathCommitLog a,b)", READS),
     ("compaction", "compaction store (cleanup.policy=COMPACTION)", NAMES_ONLY),
     ("cq_ext", "ConsumeQueueExt (enableConsumeQueueExt)", NAMES_ONLY),

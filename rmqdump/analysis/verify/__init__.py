@@ -127,6 +127,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmqdump.analysis.verify.epoch_checks import check_epochs
 from rmqdump.analysis.verify.index_checks import check_index
 from rmqdump.analysis.verify.meta_checks import (
     check_abort_lock,
@@ -425,6 +426,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 findings += check_checkpoint(store, pred.checkpoint, max_store_ts=max_ts,
                                              has_data=any(r.records for r in results), index_infos=report.indexes)
             findings += check_abort_lock(store)
+            findings += check_epochs(store, valid_end)
             findings += verify_timer(store, cache, pred, max_per_kind=max_findings_per_kind)
             if pred is not None:
                 ends = {}
