@@ -46,6 +46,9 @@ Commitlog records — damage the broker *accepts* (listed again under ``recovery
 Commitlog segments:
   ``stray_file`` / ``zero_length_segment`` / ``segment_size`` / ``segment_gap`` / ``segment_alignment`` /
   ``segment_name``  (from discovery; sizes and zero-length files stop a 4.9 broker from starting)
+  ``segment_duplicate`` (error)  multi-path (``--commitlog-path``): one segment name in two folders;
+  ``commitlog_path_missing`` (warning) a given folder does not exist; ``commitlog_path_unread`` (warning)
+                              another root-level folder holds segments the command was not told to read
   ``missing_blank`` (error)     a segment ends without a BLANK although later segments hold data
   ``empty_segment`` (error)     an all-zero segment before segments with data
   ``preallocated_segment`` (info)  trailing all-zero segment (normal)
@@ -91,6 +94,11 @@ does not end the walk):
   ``dledger_checkpoint``, ``dledger_currterm``, ``dledger_text_file`` (warning; ``dledger_currterm`` info when the
                               file is absent)  its checkpoint/currterm missing, unreadable or behind the entries
   ``dledger_uncommitted`` (info)  entries after committedIndex: RocketMQ reads none of their records yet
+Controller-mode epochs (``epoch_checks``; ``epochFileCheckpoint`` + ``.bak``, read as CheckpointFile.read does):
+  ``epoch_file_bad`` (error; warning when the .bak rescues it)  count or CRC32 line wrong;
+  ``epoch_load_fails`` (error)  the broker's epoch load throws; ``epoch_order``, ``epoch_past_end`` (warning)
+  epochs out of order, an epoch starting past the commitlog's valid end; ``epoch_bak_bad``,
+  ``epoch_bak_differs`` (info)
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail
