@@ -37,6 +37,7 @@ from rmqdump.rows.arrow import (
 )
 from rmqdump.rows.export import export as local_export
 from rmqdump.rows.schema import FIELDS
+from rmqdump.spark.queues import QUEUE_SCHEMA
 
 pytestmark = pytest.mark.spark
 
@@ -99,7 +100,7 @@ def test_data_sources(spark):
     assert crash.collect()[0].asDict() == {"n": counts["crash_kill9"], "b": counts["crash_kill9"]}
     # consumequeue and index as tables, equal to the core readers
     cq = spark.read.format("rocketmq_cq").load(paths)
-    assert cq.schema == from_arrow_schema(CQ_SCHEMA)
+    assert cq.schema == from_arrow_schema(QUEUE_SCHEMA) and QUEUE_SCHEMA.names[:len(CQ_SCHEMA)] == CQ_SCHEMA.names
     idx = spark.read.format("rocketmq_index").load(paths[0])
     assert idx.schema == from_arrow_schema(INDEX_SCHEMA)
     assert idx.count() == sum(b.num_rows for s in index_splits(paths[:1]) for b in read_index(s))

@@ -12,11 +12,14 @@ anything else is an error): ``includeBody`` (false), ``decompress`` (false), ``t
 ``maxRecordSize``, ``batchSize``, ``broker`` (name for a single store), ``mode``
 (PERMISSIVE | DROPMALFORMED | FAILFAST, as Spark's file sources: damage is a row whose
 ``_corrupt_record`` says where and why, is dropped, or fails the query).
-With ``spark.sql.python.filterPushdown.enabled`` (pyspark >= 4.1), equality / IN filters on ``topic``
-(and ``queue_id``) are also pushed down into the decoder; without it Spark applies them.
+``fromOffset`` / ``toOffset`` (records at offsets in [from, to)), ``prune`` (true: skip segments no row
+can come from, :mod:`rmqdump.spark.pruning`). With ``spark.sql.python.filterPushdown.enabled``
+(pyspark >= 4.1), filters on ``broker``, ``store``, ``segment``, ``offset``, ``topic`` and ``queue_id`` also
+skip segments at planning, and ``topic`` / ``queue_id`` equality or IN are applied while decoding; Spark
+re-applies every filter either way.
 
-``rocketmq_cq``: ConsumeQueue entries (:data:`rmqdump.rows.arrow.CQ_SCHEMA`), one partition per
-queue; option ``raw`` (every unit instead of the broker's recovered view).
+``rocketmq_cq``: ConsumeQueue entries and BatchConsumeQueue units (:data:`rmqdump.spark.queues.QUEUE_SCHEMA`),
+one partition per queue; option ``raw`` (every unit instead of the broker's recovered view).
 ``rocketmq_index``: index-file entries (:data:`rmqdump.rows.arrow.INDEX_SCHEMA`), one partition per file.
 
 Paths are store roots (or commitlog directories / segment files for ``rocketmq``); executors
@@ -40,11 +43,14 @@ from rmqdump.errors import FormatError, RmqdumpError
 from rmqdump.rows import arrow as rarrow
 from rmqdump.rows.filters import RecordFilter
 from rmqdump.spark.plumbing import local_path
+from rmqdump.spark.pruning import Pruning
+from rmqdump.spark.queues import QUEUE_SCHEMA, queue_splits, read_queue
 
 try:  # filter pushdown for Python data sources arrived in pyspark 4.1
-    from pyspark.sql.datasource import EqualTo, Filter, In
+    from pyspark.sql.datasource import EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
 except ImportError:  # pyspark 4.0: no pushdown, Spark applies every filter
-    EqualTo = In = Filter = None  # type: ignore[assignment,misc]
+    EqualTo = In = Filter = GreaterThan = GreaterThanOrEqual = LessThan = LessThanOrEqual = None  # type: ignore
+_BOUNDS = {"<": LessThan, "<=": LessThanOrEqual, ">": GreaterThan, ">=": GreaterThanOrEqual}
 
 PUSHDOWN_API = EqualTo is not None
 
@@ -53,7 +59,7 @@ _FALSE = ("false", "0", "no", "off")
 
 #: ``format("rocketmq")`` options (``path``/``paths`` come from ``load()``).
 RECORD_OPTIONS = ("includeBody", "decompress", "topic", "key", "queueId", "crc", "keepGoing", "useMmap",
-                  "maxRecordSize", "batchSize", "broker", "mode")
+                  "maxRecordSize", "batchSize", "broker", "mode", "fromOffset", "toOffset", "prune")
 CQ_OPTIONS = ("raw",)
 INDEX_OPTIONS: tuple[str, ...] = ()
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
@@ -190,6 +196,7 @@ class RocketMQReader(DataSourceReader):
     """Reads the splits; filters are left to Spark (see :class:`RocketMQPushdownReader`)."""
 
     def __init__(self, options: dict[str, str]):
+        self.options = options
         self.paths = load_paths(options)
         broker = options.get("broker")
         if broker and len(self.paths) != 1:
@@ -212,11 +219,30 @@ class RocketMQReader(DataSourceReader):
         self.batch_size = _int(options, "batchSize", rarrow.DEFAULT_BATCH_SIZE)
         self.pushed_topics: tuple[str, ...] | None = None
         self.pushed_queue: int | None = None
+        self.from_offset = _int(options, "fromOffset", None)
+        self.to_offset = _int(options, "toOffset", None)
+        self.pruning = Pruning(by_queues=_bool(options, "prune", True),
+                               keep_going=self.keep_going or self.mode == "DROPMALFORMED")
+        if self.topics:
+            self.pruning.equal("topic", list(self.topics))
+        if self.queue_id is not None:
+            self.pruning.equal("queue_id", [self.queue_id])
+        if self.from_offset is not None:
+            self.pruning.bound(">=", self.from_offset)
+        if self.to_offset is not None:
+            self.pruning.bound("<", self.to_offset)
 
-    def partitions(self) -> list[InputPartition]:
+    def all_splits(self) -> list[rarrow.SegmentSplit]:
+        """Every segment of every store, before pruning."""
         for p in self.paths:
             check_segment_file(p)
-        return [_Split(s) for s in rarrow.segment_splits(self.paths, self.brokers)]
+        return rarrow.segment_splits(self.paths, self.brokers)
+
+    def partitions(self) -> list[InputPartition]:
+        splits = self.all_splits()
+        if _bool(self.options, "prune", True):
+            splits = self.pruning.apply(splits)
+        return [_Split(s) for s in splits]
 
     def _filter(self) -> RecordFilter | None:
         topics = self.topics
@@ -243,9 +269,12 @@ class RocketMQReader(DataSourceReader):
                                        decompress=self.decompress, flt=self._filter(), crc=self.crc,
                                        keep_going=keep_going, use_mmap=self.use_mmap,
                                        max_record_size=self.max_record_size, on_segment=reports.append):
-            yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, pa.string())],
-                                             schema=SOURCE_SCHEMA)
+            batch = self._in_range(batch)
+            if batch.num_rows:
+                yield pa.RecordBatch.from_arrays([*batch.columns, pa.nulls(batch.num_rows, pa.string())],
+                                                 schema=SOURCE_SCHEMA)
         damage = damage_of(reports[0], keep_going) if reports else []
+        damage = [(off, text) for off, text in damage if self._offset_wanted(off)]
         if not damage or self.mode == "DROPMALFORMED":
             return
         if self.mode == "FAILFAST":
@@ -254,6 +283,25 @@ class RocketMQReader(DataSourceReader):
         yield pa.RecordBatch.from_pylist(
             [{"broker": split.broker, "store": split.store, "segment": split.path, "offset": off,
               CORRUPT_COLUMN: text} for off, text in damage], schema=SOURCE_SCHEMA)
+
+
+    def _offset_wanted(self, off: int) -> bool:
+        return (self.from_offset is None or off >= self.from_offset) and (self.to_offset is None or off < self.to_offset)
+
+    def _in_range(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows of ``batch`` within the ``fromOffset`` / ``toOffset`` options."""
+        if self.from_offset is None and self.to_offset is None:
+            return batch
+        import pyarrow.compute as pc
+
+        off = batch.column("offset")
+        mask = None
+        if self.from_offset is not None:
+            mask = pc.greater_equal(off, self.from_offset)
+        if self.to_offset is not None:
+            upper = pc.less(off, self.to_offset)
+            mask = upper if mask is None else pc.and_(mask, upper)
+        return batch.filter(mask)
 
 
 def damage_of(report: rarrow.SegmentReport, keep_going: bool) -> list[tuple[int, str]]:
@@ -270,9 +318,18 @@ class RocketMQPushdownReader(RocketMQReader):
     """:class:`RocketMQReader` that also prunes by pushed-down filters (Spark still re-checks them)."""
 
     def pushFilters(self, filters: list[Filter]):  # noqa: N802 (Spark's name)
-        """Prune by ``topic`` / ``queue_id`` equality or IN while decoding; Spark still re-checks them."""
+        """Skip segments by broker / store / segment / offset / topic / queue_id (:mod:`rmqdump.spark.pruning`)
+        and decode only ``topic`` / ``queue_id`` equality or IN; Spark still re-checks every filter."""
         for f in filters:
             col = f.attribute[0] if len(f.attribute) == 1 else None
+            if col is not None and isinstance(f, EqualTo):
+                self.pruning.equal(col, [f.value])
+            elif col is not None and isinstance(f, In):
+                self.pruning.equal(col, list(f.value))
+            elif col == "offset":
+                for op, cls in _BOUNDS.items():
+                    if isinstance(f, cls):
+                        self.pruning.bound(op, f.value)
             # (a value holding U+FFFD may stand for undecodable topic bytes: leave it to Spark)
             if col == "topic" and isinstance(f, EqualTo) and isinstance(f.value, str) and "\ufffd" not in f.value:
                 self.pushed_topics = self._narrow(self.pushed_topics, (f.value,))
@@ -300,7 +357,7 @@ class ConsumeQueueDataSource(DataSource):
         return "rocketmq_cq"
 
     def schema(self) -> StructType:
-        return spark_schema(rarrow.CQ_SCHEMA)
+        return spark_schema(QUEUE_SCHEMA)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ConsumeQueueReader(_opts(self.options))
@@ -312,12 +369,12 @@ class ConsumeQueueReader(DataSourceReader):
         self.raw = _bool(options, "raw", False)
 
     def partitions(self) -> list[InputPartition]:
-        return [_Split(s) for s in rarrow.queue_splits(self.paths)]
+        return [_Split(s) for s in queue_splits(self.paths)]
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, _Split):
             return iter(())
-        return rarrow.read_queue(partition.split, raw=self.raw)
+        return read_queue(partition.split, raw=self.raw)
 
 
 class IndexDataSource(DataSource):
