@@ -1,9 +1,16 @@
-"""A quiet SparkSession for rmqdump: no console progress bar, errors-only logging, UTC, small shuffles."""
+"""A quiet SparkSession for rmqdump: no console progress bar, errors-only driver logging, UTC.
+
+Settings add to the cluster's instead of replacing them: a key set in ``spark-defaults.conf``
+(``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``) or given by the caller keeps its value, the log4j option
+is appended to the driver's ``extraJavaOptions``, and the UI, shuffle partitions and executors' JVM
+options are left to the cluster.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -14,7 +21,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 DEFAULT_MASTER = "local[*]"
-SHUFFLE_PARTITIONS = 8
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 _LOG4J2 = """\
 # rmqdump: Spark logs errors only, on stderr
@@ -36,7 +43,7 @@ logger.submit.level = error
 
 
 def log4j2_config() -> str:
-    """Path of a log4j2 properties file (errors only) for the driver and local executors."""
+    """Path of a log4j2 properties file (errors only) for the driver (a local master runs its executors in it)."""
     digest = hashlib.sha256(_LOG4J2.encode()).hexdigest()[:12]
     path = os.path.join(tempfile.gettempdir(), f"rmqdump-log4j2-{digest}.properties")
     if not os.path.exists(path):
@@ -52,28 +59,63 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The configuration :func:`build_session` applies (user ``conf`` wins)."""
-    out = {
+def cluster_defaults() -> dict[str, str]:
+    """The cluster's ``spark-defaults.conf`` (``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else the
+    pyspark installation's ``conf``), as spark-submit reads it (Java properties: ``key value`` or
+    ``key=value``); empty when there is none."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR")
+    if not conf_dir:
+        home = os.environ.get("SPARK_HOME")
+        if not home:
+            try:
+                from pyspark.find_spark_home import _find_spark_home
+
+                home = _find_spark_home()
+            except Exception:  # no pyspark: no defaults
+                return {}
+        conf_dir = os.path.join(home, "conf")
+    out: dict[str, str] = {}
+    try:
+        with open(os.path.join(conf_dir, "spark-defaults.conf"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^\s=:]+)\s*[\s=:]\s*(.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None,
+                 defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The configuration :func:`build_session` passes: rmqdump's settings for keys neither ``conf`` (the
+    caller's, which wins) nor ``defaults`` (the cluster's, :func:`cluster_defaults` when None) set, and the
+    log4j option appended to the driver's JVM options (theirs kept)."""
+    conf = dict(conf or {})
+    defaults = cluster_defaults() if defaults is None else dict(defaults)
+    ours = {
         "spark.ui.showConsoleProgress": "false",
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": str(SHUFFLE_PARTITIONS),
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.python.filterPushdown.enabled": "true",
         "spark.python.worker.reuse": "true",
     }
-    if not under_spark_submit():
-        opt = f"-Dlog4j2.configurationFile=file:{log4j2_config()}"
-        out["spark.driver.extraJavaOptions"] = opt
-        out["spark.executor.extraJavaOptions"] = opt
-        if "PYSPARK_PYTHON" not in os.environ:
-            # executors must run an interpreter that can import rmqdump: this one, when on this machine
-            out["spark.pyspark.python"] = sys.executable
-            out["spark.pyspark.driver.python"] = sys.executable
+    if not under_spark_submit() and "PYSPARK_PYTHON" not in os.environ:
+        # executors must run an interpreter that can import rmqdump: this one, when on this machine
+        ours["spark.pyspark.python"] = sys.executable
+        ours["spark.pyspark.driver.python"] = sys.executable
     if master and master.startswith("local"):
-        out["spark.driver.bindAddress"] = "127.0.0.1"
-        out["spark.driver.host"] = "127.0.0.1"
-    out.update(conf or {})
+        ours["spark.driver.bindAddress"] = "127.0.0.1"
+        ours["spark.driver.host"] = "127.0.0.1"
+    out = {k: v for k, v in ours.items() if k not in defaults and k not in conf}
+    if not under_spark_submit():  # (under spark-submit the driver JVM runs already)
+        theirs = conf.get(DRIVER_JAVA_OPTIONS, defaults.get(DRIVER_JAVA_OPTIONS, "")).strip()
+        if "-Dlog4j2.configurationFile=" not in theirs and "-Dlog4j.configuration" not in theirs:
+            out[DRIVER_JAVA_OPTIONS] = f"{theirs} -Dlog4j2.configurationFile=file:{log4j2_config()}".strip()
+    out.update({k: v for k, v in conf.items() if k != DRIVER_JAVA_OPTIONS or k not in out})
     return out
 
 
