@@ -122,7 +122,7 @@ def test_5x_files_named_by_name_only(tmp_path):
     found = {f["feature"]: f for f in detect_features(inv) if f["present"]}
     assert set(found) == {"timer", "rocksdb_cq", "rocksdb_config", "dledger", "controller", "multi_path",
                           "compaction", "cq_ext"}
-    assert all(found[f]["rmqdump"] == ("reads" if f in ("timer", "dledger", "rocksdb_cq", "rocksdb_config", "multi_path", "controller") else "names only") for f in found)
+    assert all(found[f]["rmqdump"] == ("reads" if f in ("timer", "dledger", "rocksdb_cq", "rocksdb_config", "multi_path", "controller", "compaction") else "names only") for f in found)
     assert found["compaction"]["evidence"].startswith("compaction/")
     assert "position-checkpoint only" not in found["compaction"]["evidence"]
 

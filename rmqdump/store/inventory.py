@@ -99,7 +99,7 @@ ROCKS_CFG = _k("config/<RocksDB table>/", READ,
                "v1), rdb/ (v2; rocksdb extra)",
                "rocksdb_config")
 CQEXT = _k("consumequeue_ext/", NAMED, "ConsumeQueueExt files (enableConsumeQueueExt)", "cq_ext")
-COMPACTION = _k("compaction/", NAMED, "compaction store: position-checkpoint, compactionLog/, compactionCq/",
+COMPACTION = _k("compaction/", READ, "compaction store: position-checkpoint, compactionLog/, compactionCq/ (verify)",
                 "compaction")
 DLEDGER = _k("dledger-<selfId>/", READ, "DLedger commitlog: data/, index/, checkpoint, currterm", "dledger")
 CONTROLLER = _k("epochFileCheckpoint[.bak]|brokerIdentity[-temp][.bak]", READ,
@@ -416,7 +416,7 @@ FEATURES = (
     ("dledger", "DLedger commitlog (enableDLegerCommitLog)", READS),
     ("controller", "controller mode (epochFileCheckpoint, brokerIdentity)", READS),
     ("multi_path", "multi-path commitlog (storePathCommitLog a,b)", READS),
-    ("compaction", "compaction store (cleanup.policy=COMPACTION)", NAMES_ONLY),
+    ("compaction", "compaction store (cleanup.policy=COMPACTION)", READS),
     ("cq_ext", "ConsumeQueueExt (enableConsumeQueueExt)", NAMES_ONLY),
 )
 

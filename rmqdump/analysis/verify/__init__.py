@@ -99,6 +99,12 @@ Controller-mode epochs (``epoch_checks``; ``epochFileCheckpoint`` + ``.bak``, re
   ``epoch_load_fails`` (error)  the broker's epoch load throws; ``epoch_order``, ``epoch_past_end`` (warning)
   epochs out of order, an epoch starting past the commitlog's valid end; ``epoch_bak_bad``,
   ``epoch_bak_differs`` (info)
+5.x compaction store (``compaction_checks``; ``compaction/``: compacted records, sparse CQ, position-checkpoint):
+  ``compaction_files_mismatch``, ``compaction_log_damaged``, ``compaction_record_misplaced``,
+  ``compaction_cq_dangling``, ``compaction_record_mismatch`` (differs from the commitlog record of its queue
+  offset), ``compaction_record_missing`` (a record compaction keeps is absent), ``compaction_unreadable``
+  (error); ``compaction_position_bad`` (error; warning when the .bak rescues it), ``compaction_record_unindexed``,
+  ``compaction_key_missing`` (warning); ``compaction_lag`` (info)
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail
@@ -135,6 +141,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmqdump.analysis.verify.compaction_checks import check_compaction
 from rmqdump.analysis.verify.epoch_checks import check_epochs
 from rmqdump.analysis.verify.index_checks import check_index
 from rmqdump.analysis.verify.meta_checks import (
@@ -435,6 +442,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                                              has_data=any(r.records for r in results), index_infos=report.indexes)
             findings += check_abort_lock(store)
             findings += check_epochs(store, valid_end)
+            findings += check_compaction(store, cache, max_per_kind=max_findings_per_kind)
             findings += verify_timer(store, cache, pred, max_per_kind=max_findings_per_kind)
             if pred is not None:
                 ends = {}

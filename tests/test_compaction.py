@@ -1,0 +1,141 @@
+"""The 5.x compaction store (issue 19, item 4) on the bundled ``fixtures/oracle/533-compaction``: RocketMQ 5.3.3
+wrote it (``533/put``, ``enableCompaction``, topic C with ``cleanup.policy=COMPACTION``, 2208-byte log files,
+368-byte sparse CQ files, a compaction pass every second): 42 keyed records and one without KEYS in C, one
+in T. ``manifest.jsonl`` is the commitlog RocketMQ's ``run`` read back; the compacted records are judged
+against it by ``CompactionLog.shouldRetainMsg``'s rule."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from oracle_fixtures import copy_store, fixture_dir, fixture_manifest
+
+from rmqdump.cli import cli
+from rmqdump.store.compaction import open_compaction
+from rmqdump.store.inventory import COMPACTION, READ, detect_features, take_inventory
+
+NAME = "533-compaction"
+MANIFEST = fixture_manifest(NAME)
+MESSAGES = [m for m in MANIFEST if m["type"] == "message"]
+FIXTURE = fixture_dir(NAME) / "store"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    return copy_store(NAME, tmp_path / "store")
+
+
+def compaction_findings(st: Path) -> list[dict]:
+    r = run("verify", st, "-f", "json")
+    return [f for f in json.loads(r.stdout)["findings"] if f["kind"].startswith("compaction")]
+
+
+def expected_kept(topic: str, qid: int, last: int) -> list[int]:
+    """Queue offsets shouldRetainMsg keeps: after ``last`` everything keyed; up to it the latest with a body."""
+    msgs = [m for m in MESSAGES if m["topic"] == topic and m["queueId"] == qid and m["properties"].get("KEYS")]
+    latest = {}
+    for m in msgs:
+        if m["queueOffset"] <= last:
+            latest[m["properties"]["KEYS"]] = m["queueOffset"]
+    return [m["queueOffset"] for m in msgs if m["queueOffset"] > last
+            or (latest[m["properties"]["KEYS"]] == m["queueOffset"] and m["bodyLength"] > 0)]
+
+
+def test_records_are_what_compaction_keeps_byte_for_byte():
+    comp = open_compaction(FIXTURE)
+    assert comp.positions.offsets == {("C", 0): 13, ("C", 1): 20}
+    assert sorted(comp.queues) == [("C", 0), ("C", 1)]
+    commitlog = (FIXTURE / "commitlog" / "00000000000000000000").read_bytes()
+    by_q = {(m["topic"], m["queueId"], m["queueOffset"]): m for m in MESSAGES}
+    total = 0
+    for (topic, qid), q in comp.queues.items():
+        recs = [r for _, r in q.records()]
+        assert [r.queue_offset for r in recs] == expected_kept(topic, qid, comp.positions.offset(topic, qid))
+        for path, r in q.records():
+            m = by_q[(topic, qid, r.queue_offset)]
+            raw = path.read_bytes()[r.file_pos:r.file_pos + r.size]
+            orig = commitlog[m["commitLogOffset"]:m["commitLogOffset"] + m["storeSize"]]
+            # only PHYSICALOFFSET (bytes 28..36) is rewritten: to the record's offset in the compaction log
+            assert raw[:28] + raw[36:] == orig[:28] + orig[36:]
+            assert struct.unpack_from(">q", raw, 28)[0] == r.offset == r.physical_offset
+            assert r.body == base64.b64decode(m["body_b64"])
+            total += 1
+        units = [u for u in q.units() if not u.is_end]
+        assert [(u.entry.commit_log_offset, u.entry.size, u.entry.msg_base_offset) for u in units] == [
+            (r.offset, r.size, r.queue_offset) for r in recs]
+    q0 = comp.queues[("C", 0)]
+    assert q0.record_at(4618).queue_offset == 15 and q0.record_at(3000) is None  # 3000: past file 0's 2208 bytes
+    assert total == 18  # 11 + 7: of 43 records of C (one without KEYS never enters)
+
+
+def test_verify_is_clean_and_inventory_reads_compaction():
+    assert compaction_findings(FIXTURE) == []
+    inv = take_inventory(FIXTURE)
+    assert COMPACTION.status == READ and inv.groups[COMPACTION].files == 10  # 4 logs, 4 sparse CQs, checkpoint+.bak
+    assert inv.to_dict()["counts"]["unknown"] == 0
+    found = {f["feature"]: f for f in detect_features(inv)}
+    assert found["compaction"]["present"] and found["compaction"]["rmqdump"] == "reads"
+
+
+def test_scan_reads_one_compaction_log_file():
+    f = FIXTURE / "compaction" / "compactionLog" / "C" / "0" / "00000000000000004416"
+    rows = [json.loads(x) for x in run("scan", f).stdout.splitlines()]
+    assert [(r["queue_offset"], r["offset"]) for r in rows] == [(14 + i, 4416 + 202 * i) for i in range(6)]
+
+
+def _log(st: Path, qid: int, name: str) -> Path:
+    return st / "compaction" / "compactionLog" / "C" / str(qid) / name
+
+
+def test_missing_kept_record_is_reported(store):
+    # zero the records of queue offsets 11..13 in C/0's compacted file: the latest values of k2, k4, k1
+    p = _log(store, 0, "00000000000000000000")
+    b = bytearray(p.read_bytes())
+    b[404:1010] = bytes(606)
+    p.write_bytes(bytes(b))
+    got = {f["kind"]: f for f in compaction_findings(store)}
+    assert "queue offset 11" in got["compaction_record_missing"]["detail"]
+    assert "3 commitlog record(s)" in got["compaction_record_missing"]["detail"]
+    assert got["compaction_cq_dangling"]["severity"] == "error"
+
+
+def test_record_differing_from_commitlog_is_reported(store):
+    p = _log(store, 1, "00000000000000006624")
+    b = bytearray(p.read_bytes())
+    b[4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 3] ^= 1  # a BORNTIMESTAMP byte of the first record: body CRC still holds
+    p.write_bytes(bytes(b))
+    got = [f for f in compaction_findings(store) if f["kind"] == "compaction_record_mismatch"]
+    assert len(got) == 1 and "born_timestamp" in got[0]["detail"] and got[0]["offset"] == 6624
+
+
+def test_damaged_log_and_unpaired_files(store):
+    p = _log(store, 0, "00000000000000004416")
+    b = bytearray(p.read_bytes())
+    b[202 + 4] ^= 0xFF  # the second record's MAGICCODE
+    p.write_bytes(bytes(b))
+    (store / "compaction" / "compactionCq" / "C" / "1" / "00000000000000006624").unlink()
+    got = {f["kind"]: f for f in compaction_findings(store)}
+    assert got["compaction_log_damaged"]["offset"] == 4416 + 202
+    assert got["compaction_log_damaged"]["file"] == "compaction/compactionLog/C/0/00000000000000004416"
+    kinds = set(got)
+    assert "compaction_files_mismatch" in kinds
+    assert "compaction_record_unindexed" in kinds
+
+
+def test_position_checkpoint_fallback(store):
+    d = store / "compaction"
+    (d / "position-checkpoint").write_text("{not json")
+    got = compaction_findings(store)
+    assert [(f["kind"], f["severity"]) for f in got] == [("compaction_position_bad", "warning")]
+    (d / "position-checkpoint.bak").write_text("")
+    got = compaction_findings(store)
+    assert {(f["kind"], f["severity"]) for f in got} >= {("compaction_position_bad", "error")}
