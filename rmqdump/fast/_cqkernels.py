@@ -4,7 +4,9 @@ imports numba (and the rendering kernels, whose property parser and tag hash it 
 ``cqjoin`` looks at a batch's records in order and classifies each against the consume-queue entry
 its topic, QUEUEID and QUEUEOFFSET name (``CODE_*`` in :mod:`rmqdump.fast.cqjoin`): not dispatched
 (PREPARED/ROLLBACK), matched with equal size and tagsCode, no matching entry, or one the Python checker
-must look at (size or tagsCode differ, the delay topic, properties that are not valid UTF-8).
+must look at (size or tagsCode differ, the delay topic, properties that are not valid UTF-8). The entry
+columns hold a window of each queue (``q_base``/``q_n``/``q_at``); a record whose queue offset lies outside
+its queue's window is unmatched with ``gidx = -1 - queue`` so that the caller can look the entry up.
 """
 
 from __future__ import annotations
@@ -141,14 +143,17 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
             s = (s + 1) & qmask
         if slot < 0:
             code[i] = JCODE_UNMATCHED
+            gidx[i] = 0
             continue
         j = qoff[i] - q_base[slot]
-        if j < 0 or j >= q_n[slot]:
+        if j < 0 or j >= q_n[slot]:  # outside the queue's window: the caller looks the entry up
             code[i] = JCODE_UNMATCHED
+            gidx[i] = -1 - slot
             continue
         g = q_at[slot] + j
         if phys[g] != seg_start + pos[i]:
             code[i] = JCODE_UNMATCHED
+            gidx[i] = g
             continue
         gidx[i] = g
         if sizes[g] != size[i]:

@@ -1,10 +1,12 @@
 """The CommitLog ↔ ConsumeQueue join over a compiled walk's column batches, without one Python object per
-record: :class:`CqJoin` holds every queue's entries as flat numpy columns (commitlog offset, size, tagsCode,
-matched) and classifies a batch's records with one kernel call (:mod:`rmqdump.fast._cqkernels`):
+record: :class:`CqJoin` holds a window of every queue's entries (a range of queue offsets per queue, see
+:meth:`CqJoin.set_window`) as flat numpy columns (commitlog offset, size, tagsCode, matched) and classifies
+a batch's records with one kernel call (:mod:`rmqdump.fast._cqkernels`):
 
 ``JCODE_SKIP``       PREPARED / ROLLBACK: never dispatched
 ``JCODE_CLEARED``    its entry points at it with the same size and tagsCode (nothing to report)
-``JCODE_UNMATCHED``  no entry of its queue at its QUEUEOFFSET points at it
+``JCODE_UNMATCHED``  no entry of its queue at its QUEUEOFFSET points at it; when that queue offset lies
+                     outside the queue's window, ``gidx`` is ``-1 - queue`` (the caller looks it up)
 ``JCODE_PYTHON``     the Python checker must look (sizes or tagsCodes differ, delay topic, text that is
                      not valid UTF-8)
 
@@ -111,31 +113,26 @@ def backend() -> _Backend:
 
 
 class CqJoin:
-    """Every queue's entries as flat columns, and the kernel's topic and queue tables.
+    """The kernel's topic and queue tables and a window of every queue's entries as flat columns.
 
-    ``queues``: (topic bytes, queue id, first queue offset, entries) per queue; :meth:`columns`
-    gives queue ``k``'s writable views (phys, sizes, tags, matched) to fill and to mark.
+    ``queues``: (topic bytes, queue id, first queue offset, entries) per queue. :meth:`set_window` loads
+    queue ``k``'s entries ``lo..hi-1`` (relative to its first queue offset) at ``q_at[k]`` of the flat
+    window columns; ``wmatched`` marks the window's entries a record cleared.
     """
 
     def __init__(self, queues: list[tuple[bytes, int, int, int]], batch_records: int):
         np = self.np = _numpy()
-        total = sum(q[3] for q in queues)
-        self.phys = np.full(max(total, 1), -1, np.int64)
-        self.sizes = np.zeros(max(total, 1), np.int32)
-        self.tags = np.zeros(max(total, 1), np.int64)
-        self.matched = np.zeros(max(total, 1), np.uint8)
-        self.at: list[int] = []
-        at = 0
         self.by_topic: dict[bytes, list[tuple[int, int]]] = {}
         nq = max(len(queues), 1)
-        self.q_base = np.zeros(nq, np.int64)
+        self.g_base = np.zeros(nq, np.int64)  # first queue offset of each queue
+        self.g_n = np.zeros(nq, np.int64)  # its entries
+        self.q_base = np.zeros(nq, np.int64)  # the window: first queue offset, entries, place in the columns
         self.q_n = np.zeros(nq, np.int64)
         self.q_at = np.zeros(nq, np.int64)
         for k, (topic, qid, base, n) in enumerate(queues):
-            self.at.append(at)
-            self.q_base[k], self.q_n[k], self.q_at[k] = base, n, at
+            self.g_base[k], self.g_n[k], self.q_base[k] = base, n, base
             self.by_topic.setdefault(topic, []).append((qid, k))
-            at += n
+        self.set_window([])
         size = 16
         while size < 2 * len(queues):
             size *= 2
@@ -153,9 +150,22 @@ class CqJoin:
         self.scratch = np.zeros((SCRATCH_PAIRS, 4), np.int64)
         self.block = np.zeros(abi.J_BLOCK_SIZE, np.int64)
 
-    def columns(self, k: int, n: int):
-        a = self.at[k]
-        return self.phys[a:a + n], self.sizes[a:a + n], self.tags[a:a + n], self.matched[a:a + n]
+    def set_window(self, parts: list[tuple[int, int, int, Any, Any, Any]]) -> None:
+        """The window: ``(k, lo, hi, phys, sizes, tags)`` per queue (entries ``lo..hi-1`` of queue ``k``);
+        queues not named have an empty window."""
+        np = self.np
+        total = sum(hi - lo for _, lo, hi, *_ in parts)
+        self.phys = np.full(max(total, 1), -1, np.int64)
+        self.sizes = np.zeros(max(total, 1), np.int32)
+        self.tags = np.zeros(max(total, 1), np.int64)
+        self.wmatched = np.zeros(max(total, 1), np.uint8)
+        self.q_n[:] = 0
+        at = 0
+        for k, lo, hi, phys, sizes, tags in parts:
+            n = hi - lo
+            self.q_base[k], self.q_n[k], self.q_at[k] = self.g_base[k] + lo, n, at
+            self.phys[at:at + n], self.sizes[at:at + n], self.tags[at:at + n] = phys, sizes, tags
+            at += n
 
     # -- tables
     def _alloc_topics(self, cap: int, arena: int) -> None:
