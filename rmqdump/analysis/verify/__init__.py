@@ -97,8 +97,9 @@ does not end the walk):
 Controller-mode epochs (``epoch_checks``; ``epochFileCheckpoint`` + ``.bak``, read as CheckpointFile.read does):
   ``epoch_file_bad`` (error; warning when the .bak rescues it)  count or CRC32 line wrong;
   ``epoch_load_fails`` (error)  the broker's epoch load throws; ``epoch_order``, ``epoch_past_end`` (warning)
-  epochs out of order, an epoch starting past the commitlog's valid end; ``epoch_bak_bad``,
-  ``epoch_bak_differs`` (info)
+  epochs out of order, an epoch starting past the commitlog's valid end; ``epoch_unconfirmed_records``
+  (warning) records after the checkpoint's confirmPhyOffset (a truncated slave's stale bytes, #10666);
+  ``epoch_bak_bad``, ``epoch_bak_differs`` (info)
 5.x compaction store (``compaction_checks``; ``compaction/``: compacted records, sparse CQ, position-checkpoint):
   ``compaction_files_mismatch``, ``compaction_log_damaged``, ``compaction_record_misplaced``,
   ``compaction_cq_dangling``, ``compaction_record_mismatch`` (differs from the commitlog record of its queue

@@ -1,12 +1,20 @@
 """Controller-mode epoch checks (5.x ``epochFileCheckpoint`` + ``.bak``, :mod:`rmqdump.store.epoch`): the
 count and CRC32 lines as ``CheckpointFile.read`` checks them, which file the broker loads, epoch order, and an
-epoch starting past the commitlog's end. The file gives no end for the last epoch, so no record is judged
-"beyond the confirmed end" from it."""
+epoch starting past the commitlog's end. The file gives no end for the last epoch; the confirmed end is the
+checkpoint's ``confirmPhyOffset`` (bytes 32..40): 5.3.3's ``CommitLog.setConfirmOffset`` stores it there, a
+slave's truncation to the consistent point lowers it (``CommitLog.truncateDirtyFiles``) while the bytes after
+that point stay in the file (``MappedFileQueue.truncateDirtyFiles`` only moves positions; apache/rocketmq
+#10666), and ``loadCheckPoint`` reads it back. Records between it and the commitlog's valid end are reported."""
 
 from __future__ import annotations
 
+from rmqdump.codec.record import Message
+from rmqdump.errors import RmqdumpError
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
+from rmqdump.store.checkpoint import checkpoint_path, read_checkpoint
 from rmqdump.store.epoch import EPOCH_FILE, EpochFile, read_epochs
+
+_LISTED = 10  # record offsets named in the finding
 
 
 def _file_problem(f: EpochFile) -> str | None:
@@ -59,4 +67,30 @@ def check_epochs(store, end_offset: int | None) -> list[Finding]:
         out.append(Finding(WARNING, "epoch_past_end", str(ep.used.path if ep.used else store.root), None,
                            f"epoch {last.epoch} starts at {last.start_offset}, past the commitlog's end "
                            f"{end_offset}: records written in earlier epochs were lost or cut after it began"))
+    if end_offset is not None:
+        out += _unconfirmed(store, end_offset)
     return out
+
+
+def _unconfirmed(store, end_offset: int) -> list[Finding]:
+    """Records after the checkpoint's confirmPhyOffset (0: never stored, nothing judged)."""
+    try:
+        confirm = read_checkpoint(checkpoint_path(store.root)).confirm_phy_offset
+    except RmqdumpError:
+        return []
+    cl = store.commitlog
+    if confirm <= 0 or confirm >= end_offset or not cl.segments or confirm < cl.min_offset:
+        return []
+    walk = cl.walk(start=confirm, end=end_offset, check_crc=False, read_body=False)
+    offsets = [r.offset for r in walk if isinstance(r, Message)]
+    where = "checkpoint"
+    if not offsets and walk.stop is not None and walk.stop.offset == confirm:
+        return [Finding(WARNING, "epoch_unconfirmed_records", where, confirm,
+                        f"the checkpoint's confirmPhyOffset {confirm} is not at a record boundary "
+                        f"({walk.stop.kind}); {end_offset - confirm} bytes of records follow it")]
+    shown = ", ".join(map(str, offsets[:_LISTED])) + (" ..." if len(offsets) > _LISTED else "")
+    return [Finding(WARNING, "epoch_unconfirmed_records", where, confirm,
+                    f"{len(offsets)} record(s), {end_offset - confirm} bytes ({shown}) lie after the confirm offset "
+                    f"{confirm} (checkpoint confirmPhyOffset) up to the commitlog's valid end {end_offset}: not "
+                    "confirmed by the in-sync replicas; on a slave that truncated to the consistent point these are "
+                    "stale bytes the truncation left (apache/rocketmq #10666), which the broker's recovery accepts")]
