@@ -191,3 +191,34 @@ def test_readme_multi_host_recipe(spark, tmp_path):
     for host in ("host-a", "host-b"):
         assert sorted((r["topic"], r["offset"]) for r in df.where(F.col("host") == host).collect()) == want
     assert {r["broker"] for r in df.select("broker").distinct().collect()} == {"rocketmq"}
+
+
+def test_verify_keeps_per_record_data_off_the_driver(spark, blocks, tmp_path, monkeypatch):
+    """`spark verify` of a store whose every record needs a closer look (no consume queues at all): the
+    driver receives per-segment and per-store results only, and the report is `rmqdump verify`'s."""
+    from pyspark import RDD
+
+    from rmqdump.analysis.verify import verify_store
+    from rmqdump.spark import jobs
+
+    store = Path(shutil.copytree(blocks, tmp_path / "nocq" / "store"))
+    shutil.rmtree(store / "consumequeue")
+    records = len(spark.read.format("rocketmq").load(str(store)).collect())
+    collected: list[int] = []
+    for cls in (RDD, type(spark.range(1))):  # (the classic DataFrame class overrides collect)
+        real = cls.collect
+
+        def spy(self, *a, _real=real, **kw):
+            out = _real(self, *a, **kw)
+            collected.append(len(out))
+            return out
+
+        monkeypatch.setattr(cls, "collect", spy)
+    verdicts = jobs.verify(spark, [str(store), str(blocks)])
+    monkeypatch.undo()
+    assert records == 120
+    assert sum(collected) <= 3 * 10 + 2 * 2, collected  # segments, per-store counts, verdicts
+    for path, v in zip((store, blocks), verdicts, strict=True):
+        local = verify_store(str(path))
+        assert v.document == local.to_dict() and v.exit_code == local.exit_code
+    assert "cq_not_dispatched" in {f["kind"] for f in verdicts[0].document["findings"]}

@@ -68,9 +68,10 @@ def _segment_kwargs(opts: VerifyOptions, cl, root, seg, first: bool) -> dict:
 # --- stage 1: segments ------------------------------------------------------------------------------
 
 
-def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
-    """("seg", store, start, SegmentResult | error text) and ("rec", row) per dispatchable record:
-    (store, offset, size, topic_raw, queue_id, queue_offset, the tagsCode its CQ entry must hold)."""
+def _segments_task(delay: list[int] | None, joined: set[int], tasks: Iterator[_SegmentTask]) -> Iterator[tuple]:
+    """("seg", store, start, SegmentResult | error text) and, for the stores in ``joined``, ("rec", row) per
+    dispatchable record: (store, offset, size, topic_raw, queue_id, queue_offset, the tagsCode its CQ entry
+    must hold)."""
     from rmqdump.analysis.verify.queue_checks import expected_tags_code
     from rmqdump.analysis.verify.segment import verify_segment
     from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
@@ -81,6 +82,8 @@ def _segments_task(delay: list[int] | None, tasks: Iterator[_SegmentTask]) -> It
         rows: list[tuple] = []
 
         def on_message(m, rows=rows, store=t.store_idx) -> None:
+            if store not in joined:
+                return
             tx = m.sys_flag & TRANSACTION_TYPE_MASK
             if tx != 0 and tx != TRANSACTION_COMMIT_TYPE:
                 return
@@ -123,8 +126,10 @@ REC_DDL = "store_idx int, offset long, size int, topic_raw binary, queue_id int,
 ENT_DDL = "store_idx int, topic_raw binary, queue_id int, queue_offset long, phys long, esize int, etags long"
 
 
-def _cq_join(spark, recs, ents) -> tuple[dict, dict, dict]:
-    """(record offsets to replay per store, unmatched entries per store, dispatchable records per store)."""
+def _cq_join(recs, ents) -> tuple:
+    """DataFrames (store_idx, offset) of records to replay and (store_idx, topic_raw, queue_id, queue_offset)
+    of unmatched entries, and the dispatchable records per store (a dict): the per-record parts stay on the
+    executors (stage 3 gets them per store through a shuffle), only the counts reach the driver."""
     from pyspark.sql import functions as F
 
     keys = ["store_idx", "topic_raw", "queue_id", "queue_offset"]
@@ -138,19 +143,10 @@ def _cq_join(spark, recs, ents) -> tuple[dict, dict, dict]:
     replay = r.join(e, on, "left_outer").filter(look).select("r.store_idx", "r.offset")
     # and the first record of every queue (the queue-id range check warns once per queue)
     firsts = recs.groupBy("store_idx", "topic_raw", "queue_id").agg(F.min("offset").alias("offset"))
-    offsets = replay.unionByName(firsts.select("store_idx", "offset")).distinct().collect()
-    unmatched = e.join(r, on, "left_anti").select(*[F.col(f"e.{k}") for k in keys]).collect()
+    offsets = replay.unionByName(firsts.select("store_idx", "offset")).distinct()
+    unmatched = e.join(r, on, "left_anti").select(*[F.col(f"e.{k}") for k in keys])
     counts = {row["store_idx"]: row["count"] for row in recs.groupBy("store_idx").count().collect()}
-    by_store: dict[int, list[int]] = {}
-    for row in offsets:
-        by_store.setdefault(row["store_idx"], []).append(row["offset"])
-    for v in by_store.values():
-        v.sort()
-    ents_by_store: dict[int, list] = {}
-    for row in unmatched:
-        ents_by_store.setdefault(row["store_idx"], []).append((bytes(row["topic_raw"]), row["queue_id"],
-                                                               row["queue_offset"]))
-    return by_store, ents_by_store, counts
+    return offsets, unmatched, counts
 
 
 # --- stage 3: verify_store with the precomputed parts -------------------------------------------
@@ -205,11 +201,18 @@ def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict]
     return {"segment_verifier": verify_segment, "cq_checker_factory": JoinedCqChecker}
 
 
-def _store_task(opts: VerifyOptions, items: Iterator[tuple]) -> Iterator[tuple]:
-    """Executor side: (store index, StoreVerdict, None) or (store index, None, error text)."""
+def _store_task(opts: VerifyOptions, groups: Iterator[tuple]) -> Iterator[tuple]:
+    """Executor side, per store: its stage-1 results with its replay offsets and unmatched entries (grouped
+    by store index); (store index, StoreVerdict, None) or (store index, None, error text)."""
     from rmqdump.analysis.verify import verify_store
 
-    for idx, path, seg_results, remote_kwargs, replay, unmatched, checked in items:
+    for idx, (item, replay_rows, unmatched_rows) in groups:
+        item = list(item)
+        if not item:
+            continue
+        path, seg_results, remote_kwargs, checked = item[0]
+        replay = sorted(replay_rows)
+        unmatched = list(unmatched_rows)
         again: list[int] = []
         try:
             rep = verify_store(path, keep_going=opts.keep_going, check_crc=opts.check_crc,
@@ -251,25 +254,30 @@ def verify(spark, paths: Sequence[str], opts: VerifyOptions | None = None, progr
                if st.root is not None and opts.store_checks]
 
     with track(spark, f"rmqdump verify of {len(paths)} store(s)", progress):
+        # records for the join only from stores that have one; kept on the executors' disks, not in memory
         stage1 = _parallelize(spark, seg_tasks).mapPartitions(
-            functools.partial(_segments_task, opts.delay_levels_ms)).persist(StorageLevel.MEMORY_AND_DISK)
+            functools.partial(_segments_task, opts.delay_levels_ms, {i for i, _ in with_cq})).persist(
+            StorageLevel.DISK_ONLY)
         try:
             segs = stage1.filter(lambda t: t[0] == "seg").collect()
-            replay: dict[int, list] = {}
-            unmatched: dict[int, list] = {}
+            sc = spark.sparkContext
+            replay, unmatched = sc.emptyRDD(), sc.emptyRDD()
             counts: dict[int, int] = {}
             if with_cq:
                 recs = spark.createDataFrame(stage1.filter(lambda t: t[0] == "rec").map(lambda t: t[1]), REC_DDL)
                 ents = spark.createDataFrame(_parallelize(spark, with_cq).mapPartitions(_entries_task), ENT_DDL)
-                replay, unmatched, counts = _cq_join(spark, recs, ents)
+                replay_df, unmatched_df, counts = _cq_join(recs, ents)
+                replay = replay_df.rdd.map(tuple)
+                unmatched = unmatched_df.rdd.map(lambda r: (r[0], (bytes(r[1]), r[2], r[3])))
+            results: dict[int, dict[int, object]] = {i: {} for i in range(len(stores))}
+            for _, idx, start, res in segs:
+                results[idx][start] = res
+            items = _parallelize(spark, [(i, (p, results[i], remote[i], counts.get(i, 0)))
+                                         for i, p in enumerate(paths)])
+            outcomes = items.groupWith(replay, unmatched).partitionBy(max(1, len(paths))).mapPartitions(
+                functools.partial(_store_task, opts)).collect()
         finally:
             stage1.unpersist()
-        results: dict[int, dict[int, object]] = {i: {} for i in range(len(stores))}
-        for _, idx, start, res in segs:
-            results[idx][start] = res
-        items = [(i, p, results[i], remote[i], replay.get(i, []), unmatched.get(i, []), counts.get(i, 0))
-                 for i, p in enumerate(paths)]
-        outcomes = _parallelize(spark, items).mapPartitions(functools.partial(_store_task, opts)).collect()
     out: list[StoreVerdict] = []
     for _idx, verdict, error in sorted(outcomes, key=lambda o: o[0]):
         if verdict is None:
