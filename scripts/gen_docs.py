@@ -73,6 +73,39 @@ INTRO = {
                "`--now` pins the reference time of the `overdue` flag.",
     "consumers": "`-f jsonl` with `--unconsumed` exports the never-consumed messages (scan schema plus `group`).",
 }
+#: Store formats beyond the classic layout, each shown by a real run on its bundled fixture (issues 18, 19):
+#: (title, what it is, argument lists after ``rmqdump``).
+FORMATS: list[tuple[str, str, list[list[str]]]] = [
+    ("DLedger commitlog (`enableDLegerCommitLog`)",
+     "`dledger-<id>/data` entries (a 48-byte header wrapping a commitlog record) are unwrapped: records sit at the "
+     "offsets RocketMQ gives them (entry position + 48), so queues, index and lookups agree; entry headers, index "
+     "units, `checkpoint` and `currterm` are checked and DLedger's own recovery is predicted. The fixture was "
+     "written by RocketMQ 4.9.8's `DLedgerCommitLog` (its 160 MiB index file is bundled cut short, which `verify` "
+     "reports). `append` and `repair` refuse DLedger stores.",
+     [["scan", "fixtures/oracle/498-dledger/store", "-n", "3"]]),
+    ("Several commitlog folders (`storePathCommitLog=a,b`)",
+     "`--commitlog-path` (or `--broker-config FILE`) names every folder; segments are read across them in offset "
+     "order, a name in two folders or a gap is a finding, and a folder of segments left out is named. Written by "
+     "RocketMQ 4.9.8 over two folders:",
+     [["verify", "fixtures/oracle/498-multipath/store", "--commitlog-path", "commitlog,disk2/commitlog"]]),
+    ("RocksDB consume queues and config (`storeType=defaultRocksDB`, `configManagerVersion=v2`)",
+     "Opened read-only (through a private folder of links: the store is not touched); the queues feed the same "
+     "checks and lookups as ConsumeQueue files, the config tables feed `consumers`, `info` and `stats`. The "
+     "fixture is `fixtures/store` with its queues and config written into RocksDB by the real RocksDB library "
+     "in the layout of RocketMQ 5.3.3's source (`scripts/rocksdb_fixture.py`; RocketMQ's oracle has no RocksDB "
+     "library). Needs `pip install 'rmqdump[rocksdb]'`.",
+     [["consumers", "fixtures/rocksdb/store-rocks"]]),
+    ("Compaction topics (`cleanup.policy=COMPACTION`)",
+     "`compaction/compactionLog`, the sparse `compactionCq` and `position-checkpoint` are read and checked "
+     "against the topic's commitlog records and RocketMQ's keep rule (`verify`). Written and compacted by "
+     "RocketMQ 5.3.3:",
+     [["info", "fixtures/oracle/533-compaction/store"]]),
+]
+FORMATS_INTRO = ("### Other store formats\n\nThe timer store has its own command (`rmqdump timer`, above); "
+                 "controller-mode epoch files (`epochFileCheckpoint`, `brokerIdentity`) are shown by `info` and "
+                 "checked by `verify` (the records past the checkpoint's confirm offset of a truncated slave, "
+                 "apache/rocketmq #10666, are a finding).\n")
+
 CONVENTIONS = """\
 ### Conventions shared by every command
 
@@ -218,6 +251,15 @@ def render() -> str:
             out += ["```", ""]
         _, help_text = run([name, "--help"])
         out += ["<details><summary>all options</summary>", "", "```text", help_text, "```", "", "</details>", ""]
+    out += [FORMATS_INTRO]
+    for title, what, examples in FORMATS:
+        out += [f"#### {title}", "", what, ""]
+        for args in examples:
+            code, text = run(args)
+            out += ["```console", "$ rmqdump " + " ".join(_quote(a) for a in args), text]
+            if code:
+                out.append(f"[exit status {code}]")
+            out += ["```", ""]
     out += [CONVENTIONS, END]
     return "\n".join(out)
 
