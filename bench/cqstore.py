@@ -57,10 +57,14 @@ def write_consume_queues(store: Path, spec: StoreSpec) -> None:
 
 def ensure_cq_store(root: Path, size_gib: float, log=print) -> Path:
     segments = max(1, round(size_gib * (1 << 30) / SEGMENT))
-    spec = StoreSpec(f"cq1k-{segments}", 1024, SEGMENT, segments)
+    return ensure_cq_spec(root, StoreSpec(f"cq1k-{segments}", 1024, SEGMENT, segments), log)
+
+
+def ensure_cq_spec(root: Path, spec: StoreSpec, log=print) -> Path:
+    """:func:`bench.gen.ensure_store` plus the consume queues of its records (cached)."""
     d = ensure_store(root, spec, log)
     stamp = d / "cq.json"
-    want = json.dumps({"queues": QUEUES, "file_entries": CQ_FILE_ENTRIES, "segments": segments})
+    want = json.dumps({"queues": QUEUES, "file_entries": CQ_FILE_ENTRIES, "segments": spec.segments})
     if not stamp.exists() or stamp.read_text() != want:
         log(f"writing consume queues of {d}")
         write_consume_queues(d, spec)

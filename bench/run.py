@@ -72,7 +72,12 @@ ROWS: list[tuple[str, str, str]] = [
     ("fast_scan_128", "fast scan decode of all header fields, 128 B records", ">= 20 M rec/s"),
     ("fast_verify_1core", "fast verify (walk + header checks + body CRC), 1 KiB, 1 core", ">= 0.75 x zlib"),
     ("fast_verify_jobs", "fast verify, all cores (segments in parallel)", ">= 1.3 x zlib 1-core"),
+    ("verify_store", "rmqdump verify STORE (8 queues of CQ files), end to end", ">= 1.0 x zlib (CPU)"),
+    ("verify_store_big", "rmqdump verify STORE, the --big-gib store", "RSS <= 1.1 x smaller store"),
     ("verify_cli", "rmqdump verify --commitlog-only, end to end (process start incl.)", ">= 0.5 x zlib"),
+    ("scan_head", "rmqdump scan STORE piped to head -n 1000 (time to first rows)", "info"),
+    ("export_cli_parquet", "rmqdump export --to F.parquet (no bodies), 1 segment", ">= 1.5 M rec/s"),
+    ("export_cli_jsonl", "rmqdump export --to F.jsonl (no bodies), 1 segment", ">= 1 M rec/s"),
     ("scan_jsonl", "rmqdump scan -f jsonl > /dev/null", ">= 300 k rec/s"),
     ("export_parquet", "Parquet export without bodies (rmqdump.rows.export)", ">= 1 M rec/s"),
     ("lookup_key", "rmqdump lookup --key, full-size index, after start", "<= 50 ms"),
@@ -119,13 +124,20 @@ _, status, ru = os.wait4(p.pid, 0)
 wall = time.perf_counter() - t0
 with open(sys.argv[1], "w") as f:
     json.dump({"wall": wall, "rss": ru.ru_maxrss * 1024, "code": os.waitstatus_to_exitcode(status),
+               "cpu": ru.ru_utime + ru.ru_stime,
                "err": err[-4000:].decode("utf-8", "replace")}, f)
 """
 
 
 def run_child(cmd: list[str], *, stdout=subprocess.DEVNULL, timeout: float = 3600, env=None,
               ok_codes=(0,)) -> tuple[float, int, int]:
-    """Run a command; return (wall seconds, peak RSS bytes, exit code).
+    """(wall seconds, peak RSS bytes, exit code) of :func:`run_child_cpu`."""
+    return run_child_cpu(cmd, stdout=stdout, timeout=timeout, env=env, ok_codes=ok_codes)[:3]
+
+
+def run_child_cpu(cmd: list[str], *, stdout=subprocess.DEVNULL, timeout: float = 3600, env=None,
+                  ok_codes=(0,)) -> tuple[float, int, int, float]:
+    """Run a command; return (wall seconds, peak RSS bytes, exit code, CPU seconds (user + system)).
 
     A small launcher process starts and times the command, so that the command's peak RSS
     is its own (a child forked from this big process would inherit our high-water mark).
@@ -144,7 +156,7 @@ def run_child(cmd: list[str], *, stdout=subprocess.DEVNULL, timeout: float = 360
     if res["code"] not in ok_codes:
         err = res["err"].strip().splitlines()
         raise RuntimeError(f"exit {res['code']}: {err[-1] if err else ''}")
-    return res["wall"], res["rss"], res["code"]
+    return res["wall"], res["rss"], res["code"], res["cpu"]
 
 
 def gbps(nbytes: int, seconds: float) -> float:
@@ -208,7 +220,11 @@ class Bench:
         compileall.compile_dir(str(Path(__file__).resolve().parents[1] / "rmqdump"), quiet=1)
         self.data.mkdir(parents=True, exist_ok=True)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.store1k = ensure_store(self.data, self.spec1k, self.log)
+        from bench.cqstore import ensure_cq_spec
+
+        if not self.quick:  # the production-shaped store: 1 GiB segments plus 8 queues of 300,000-entry CQ files
+            self.spec1k = StoreSpec(f"cq1k-{self.spec1k.segments}", 1024, GiB, self.spec1k.segments)
+        self.store1k = ensure_cq_spec(self.data, self.spec1k, self.log)
         self.store128 = ensure_store(self.data, self.spec128, self.log)
         half = max(1, self.spec1k.segments // 2)
         self.store_e2e = link_prefix(self.data, self.store1k, "rec1k_half", half)
@@ -220,14 +236,17 @@ class Bench:
         self.prepare()
         steps = [
             ("read_bw", self.b_references), ("pure_scan_1k", self.b_pure), ("fast_scan_1k", self.b_fast_scan),
-            ("fast_verify_1core", self.b_fast_verify), ("verify_cli", self.b_verify_cli),
-            ("scan_jsonl", self.b_scan_jsonl), ("export_parquet", self.b_export), ("lookup_key", self.b_lookup),
+            ("fast_verify_1core", self.b_fast_verify), ("verify_store", self.b_verify_store),
+            ("verify_cli", self.b_verify_cli), ("scan_head", self.b_scan_head),
+            ("export_cli_parquet", self.b_export_cli), ("scan_jsonl", self.b_scan_jsonl), ("export_parquet", self.b_export), ("lookup_key", self.b_lookup),
             ("help_wall", self.b_help), ("rss_scan", self.b_rss), ("spark_per_core", self.b_spark),
             ("bulk_append", self.b_append),
         ]
         groups = {"read_bw": ["read_bw", "zlib_crc", "rocketmq_ref"], "pure_scan_1k": ["pure_scan_1k", "pure_verify_1k"],
                   "fast_scan_1k": ["fast_scan_1k", "fast_scan_128"],
                   "fast_verify_1core": ["fast_verify_1core", "fast_verify_jobs"],
+                  "verify_store": ["verify_store", "verify_store_big"],
+                  "export_cli_parquet": ["export_cli_parquet", "export_cli_jsonl"],
                   "lookup_key": ["lookup_key", "lookup_vs_scan"], "rss_scan": ["rss_scan", "rss_verify", "rss_fastwalk", "rss_export"],
                   "spark_per_core": ["spark_per_core", "spark_scaling"]}
         for key, fn in steps:
@@ -390,6 +409,68 @@ class Bench:
         r.ratio = f"{rate / self.ref['zlib']:.3f} x"
         mark(r, rate / self.ref["zlib"] >= 0.5)
 
+    def _cli_rows(self, cmd: list[str], **kw) -> tuple[float, int, float]:
+        """Best wall, largest peak RSS and best CPU of ``self.repeat`` runs of ``cmd``."""
+        runs = [run_child_cpu(cmd, timeout=1800, **kw) for _ in range(self.repeat)]
+        return min(r[0] for r in runs), max(r[1] for r in runs), min(r[3] for r in runs)
+
+    def _verify_store(self, store: Path, nbytes: int) -> tuple[str, str, float, int]:
+        wall, rss, cpu = self._cli_rows([*RMQDUMP, "verify", "-q", str(store)], ok_codes=(0, 1))
+        zlib_s = nbytes / (self.ref["zlib"] * 1e9)
+        fig = f"{wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {rss / 1e6:.0f} MB ({nbytes / GiB:.3g} GiB)"
+        return fig, f"{zlib_s:.2f} s zlib.crc32 1-core", zlib_s / cpu, rss
+
+    def b_verify_store(self) -> None:
+        r = self.rows["verify_store"]
+        fig, ref, ratio, rss = self._verify_store(self.store1k, self.spec1k.total_bytes)
+        r.figure, r.reference, r.ratio = fig, ref, f"{ratio:.2f} x zlib (CPU)"
+        mark(r, ratio >= 1.0)
+        r.note = "CQ join in bounded memory (64 MiB windows); wall: other jobs share the 2 cores"
+        rb = self.rows["verify_store_big"]
+        if not self.args.big_gib:
+            rb.result = "skipped"
+            return
+        from bench.cqstore import SEGMENT, ensure_cq_spec
+
+        n = max(1, round(self.args.big_gib * GiB / SEGMENT))
+        spec = StoreSpec(f"cq1k-{n}", 1024, SEGMENT, n)
+        existed = (self.data / spec.name).exists()
+        big = ensure_cq_spec(self.data, spec, self.log)
+        try:
+            fig, ref, ratio_b, rss_b = self._verify_store(big, spec.total_bytes)
+        finally:
+            if not existed:
+                shutil.rmtree(big)
+        rb.figure, rb.reference = fig, f"{ref}; {rss / 1e6:.0f} MB at {self.spec1k.total_bytes / GiB:.3g} GiB"
+        rb.ratio = f"{rss_b / rss:.2f} x RSS, {ratio_b:.2f} x zlib (CPU)"
+        mark(rb, rss_b <= 1.1 * rss)
+
+    def b_scan_head(self) -> None:
+        r = self.rows["scan_head"]
+        cmd = ["sh", "-c", f"{' '.join(RMQDUMP)} scan {self.store1k} | head -n 1000"]
+        wall, rss, cpu = self._cli_rows(cmd)
+        base = min(run_child([*RMQDUMP, "--version"])[0] for _ in range(self.repeat + 1))
+        r.figure = f"{wall * 1e3:.0f} ms wall ({cpu * 1e3:.0f} ms CPU)"
+        r.reference = f"start-up {base * 1e3:.0f} ms (rmqdump --version)"
+        r.ratio = f"{wall / base:.2f} x start-up"
+        r.result = "info"
+
+    def b_export_cli(self) -> None:
+        store = link_prefix(self.data, self.store1k, "rec1k_one", 1)
+        rows = self.spec1k.records_per_segment
+        for key, suffix in (("export_cli_parquet", "parquet"), ("export_cli_jsonl", "jsonl")):
+            r = self.rows[key]
+            out = self.out / f"export-cli.{suffix}"
+            wall, rss, cpu = self._cli_rows([*RMQDUMP, "export", "-q", "--overwrite", str(store), "--to", str(out)])
+            rate = rows / wall
+            r.figure = f"{rate / 1e6:.2f} M rec/s ({rows} rows, {wall:.2f} s wall, {cpu:.2f} s CPU)"
+            r.reference = "absolute target, process start incl."
+            goal = 1.5e6 if suffix == "parquet" else 1e6
+            r.ratio = f"{rate / goal:.2f} x target"
+            mark(r, rate >= goal)
+            r.note = f"peak RSS {rss / 1e6:.0f} MB"
+            out.unlink(missing_ok=True)
+
     def b_scan_jsonl(self) -> None:
         r = self.rows["scan_jsonl"]
         if not cli_has("scan"):
@@ -488,6 +569,9 @@ class Bench:
         r.ratio = f"{after / 0.05:.2f} x target"
         mark(r, after <= 0.05)
         r.note = f"{n} keys in the index"
+        if {"lookup_vs_scan", "lookup_scan"} & self.skip:
+            rs.result = "skipped"
+            return
         scan_cmd = [*cmd, "--scan"]
         ts = min(run_child(scan_cmd, timeout=3600)[0] for _ in range(1 if not self.quick else 2))
         scan_after = max(ts - base, 1e-4)
@@ -714,7 +798,10 @@ def results_markdown(rows: dict[str, Row], facts: dict[str, str], args: argparse
     lines = [
         "# rmqdump benchmark results", "",
         f"Command: `python -m bench.run{' --quick' if args.quick else ''} --size-gib {args.size_gib}"
+        f"{f' --big-gib {args.big_gib:g}' if getattr(args, 'big_gib', 0) else ''}"
+        f"{' --skip ' + ' '.join(args.skip) if getattr(args, 'skip', None) else ''}"
         f" --repeat {args.repeat or (1 if args.quick else 3)} --write-results` ({seconds:.0f} s)", "",
+        "The machine may be shared (2 cores, other jobs running): figures can move by +-50%; read the ratios.", "",
         *[f"- {k}: {v}" for k, v in facts.items()], "",
         "Ratios compare figures with references measured in the same run (best of the repetitions).", "",
         render_table(rows),
@@ -733,6 +820,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=0, help="repetitions per figure (default 3, quick 1)")
     ap.add_argument("--data", help="store directory (default bench/data, quick: bench/data/quick)")
     ap.add_argument("--out", help="scratch output directory (default bench/out, quick: bench/out/quick)")
+    ap.add_argument("--big-gib", type=float, default=0.0,
+                    help="also run verify STORE on a CQ store of this size (built, and deleted after, if absent)")
     ap.add_argument("--skip", nargs="*", help="row keys (or prefixes such as 'spark') to skip")
     ap.add_argument("--only", nargs="*", help="run only these row keys or prefixes (the references always run)")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
