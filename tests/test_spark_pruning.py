@@ -6,6 +6,7 @@ One SparkSession for the module (local[2], ``spark`` fixture). Partitions are co
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -222,3 +223,33 @@ def test_verify_keeps_per_record_data_off_the_driver(spark, blocks, tmp_path, mo
         local = verify_store(str(path))
         assert v.document == local.to_dict() and v.exit_code == local.exit_code
     assert "cq_not_dispatched" in {f["kind"] for f in verdicts[0].document["findings"]}
+
+
+def test_globs_and_file_uris_as_stores(spark, tmp_path):
+    """Store globs are expanded on the driver (sorted, deduplicated), file:// URIs read as paths: in the
+    data source, the jobs and the CLI; a glob matching nothing is a one-line error."""
+    from click.testing import CliRunner
+    from pyspark.sql import functions as F
+
+    from rmqdump.cli import cli
+    from rmqdump.spark import jobs
+
+    fixture = REPO / "fixtures" / "store"
+    for host in ("h2", "h1", "h3"):
+        shutil.copytree(fixture, tmp_path / host / "store")
+    pattern = str(tmp_path / "h*" / "store")
+    n = spark.read.format("rocketmq").load(str(fixture)).count()
+    df = spark.read.format("rocketmq").load([pattern, f"file://{tmp_path}/h1/store"])
+    got = {r["store"]: r["count"] for r in df.groupBy("store").count().collect()}
+    assert got == {str(tmp_path / h / "store"): n for h in ("h1", "h2", "h3")}
+    assert [r["broker"] for r in df.select("broker").distinct().orderBy("broker").collect()] == ["h1", "h2", "h3"]
+    rows = jobs.stats(spark, [pattern], by=("broker",))
+    assert [(r["broker"], r["records"]) for r in rows] == [("h1", n), ("h2", n), ("h3", n)]
+    res = CliRunner().invoke(cli, ["spark", "stats", pattern, f"file://{tmp_path}/h2/store", "--by", "broker",
+                                   "-f", "jsonl", "-q"])
+    assert res.exit_code == 0, res.output
+    assert [json.loads(line)["broker"] for line in res.stdout.splitlines()] == ["h1", "h2", "h3"]
+    res = CliRunner().invoke(cli, ["spark", "stats", str(tmp_path / "nope*" / "store"), "-q"])
+    assert res.exit_code == 2 and "no store matches this pattern" in res.output
+    assert spark.read.format("rocketmq").load(pattern).where(F.col("broker") == "h2").rdd.getNumPartitions() == \
+        spark.read.format("rocketmq").load(str(fixture)).rdd.getNumPartitions()

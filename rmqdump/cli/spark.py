@@ -28,8 +28,26 @@ from rmqdump.cli.options import (
 )
 from rmqdump.codec.layout import record_size_limit
 
-stores_argument = click.argument("stores", nargs=-1, required=True, type=click.Path(exists=True, path_type=str),
-                                 metavar="STORE...")
+
+def _expand_stores(ctx, param, value) -> list[str]:
+    """STORE arguments: paths, ``file://`` URIs or globs (expanded here, sorted, deduplicated); each must exist."""
+    import os
+
+    from rmqdump.errors import RmqdumpError
+    from rmqdump.spark.plumbing import expand_paths
+
+    try:
+        paths = expand_paths(value)
+    except RmqdumpError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+    for p in paths:
+        if not os.path.exists(p):
+            raise click.BadParameter(f"path {p!r} does not exist", ctx, param)
+    return paths
+
+
+stores_argument = click.argument("stores", nargs=-1, required=True, type=click.Path(path_type=str),
+                                 metavar="STORE...", callback=_expand_stores)
 
 spark_options = compose(
     click.option("--master", default=None, metavar="URL",

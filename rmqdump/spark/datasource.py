@@ -42,7 +42,7 @@ from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.errors import FormatError, RmqdumpError
 from rmqdump.rows import arrow as rarrow
 from rmqdump.rows.filters import RecordFilter
-from rmqdump.spark.plumbing import local_path
+from rmqdump.spark.plumbing import expand_paths
 from rmqdump.spark.pruning import Pruning
 from rmqdump.spark.queues import QUEUE_SCHEMA, queue_splits, read_queue
 
@@ -115,7 +115,7 @@ def _list(options: Mapping[str, str], name: str) -> tuple[str, ...]:
 
 def load_paths(options: Mapping[str, str]) -> list[str]:
     """The store paths given to ``load()``: ``path`` (one) and/or ``paths`` (a JSON list), made absolute
-    (``file://`` URIs as local paths); other URI schemes are refused."""
+    (``file://`` URIs as local paths, globs expanded: sorted, deduplicated); other URI schemes are refused."""
     options = _opts(options)
     out: list[str] = []
     if options.get("paths"):
@@ -129,7 +129,7 @@ def load_paths(options: Mapping[str, str]) -> list[str]:
         out.append(str(options["path"]))
     if not out:
         raise RmqdumpError("no store path: use .load(path) or .load([path, ...])")
-    return list(dict.fromkeys(local_path(p) for p in out))
+    return expand_paths(out)
 
 
 def spark_schema(schema) -> StructType:

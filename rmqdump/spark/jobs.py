@@ -29,17 +29,25 @@ from rmqdump.rows.export import (
     prepare_output,
     write_splits,
 )
-from rmqdump.spark.plumbing import Progress, _parallelize, local_path, spark_errors, track  # noqa: F401
+from rmqdump.spark.plumbing import (  # noqa: F401
+    Progress,
+    _parallelize,
+    expand_paths,
+    local_path,
+    spark_errors,
+    track,
+)
 
 STATS_KEYS = ("broker", "topic", "queue_id", "hour")
 STATS_KEY_CHOICES = ("broker", "store", "topic", "queue_id", "date", "hour")
 
 
 def _as_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
-    """Store paths made absolute (executors may run elsewhere), ``file:`` URIs as paths, other URIs refused."""
+    """Store paths made absolute (executors may run elsewhere), ``file:`` URIs as paths, other URIs refused,
+    globs expanded (sorted, duplicates dropped)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    out = [local_path(p) for p in paths]
+    out = expand_paths(paths)
     if not out:
         raise RmqdumpError("no store given")
     return out

@@ -32,6 +32,28 @@ def local_path(path: str | os.PathLike, what: str = "store") -> str:
     return os.path.abspath(p)
 
 
+_GLOB = re.compile(r"[*?[]")
+
+
+def expand_paths(paths, what: str = "store") -> list[str]:
+    """Store paths as absolute local paths (:func:`local_path`), a glob (``/data/broker-*/store``, for a
+    path that does not exist as written) expanded on the driver: sorted, duplicates dropped. A glob that
+    matches nothing is an error."""
+    import glob
+
+    out: list[str] = []
+    for p in paths:
+        lp = local_path(p, what)
+        if _GLOB.search(lp) and not os.path.exists(lp):
+            found = sorted(glob.glob(lp))
+            if not found:
+                raise RmqdumpError(f"{os.fspath(p)}: no {what} matches this pattern")
+            out.extend(os.path.abspath(f) for f in found)
+        else:
+            out.append(lp)
+    return list(dict.fromkeys(out))
+
+
 _REMOTE_ERROR = re.compile(r"rmqdump\.errors\.(\w+Error): (.*)")
 
 
