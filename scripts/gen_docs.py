@@ -43,6 +43,7 @@ EXAMPLES: dict[str, list[list[str]]] = {
         ["scan", STORE, "-n", "5"],
         ["scan", STORE, "--resolve", "--topic", "TopicDelay", "--topic", "TopicTx", "--body", "text"],
         ["scan", STORE, "--follow", "--from-end", "--until-idle", "1"],
+        ["scan", STORE, "--body-regex", "RocketMQ (1[0-2])$", "--body", "text"],
     ],
     "stats": [["stats", STORE]],
     "pending": [["pending", STORE, "--now", NOW], ["pending", STORE, "--all", "--now", NOW]],
