@@ -253,3 +253,21 @@ def test_lookup_shows_a_timer_messages_state(store):
     soon = next(o for o, m in recs.items() if m["keys"] == "soon")
     res = CliRunner().invoke(cli, ["lookup", str(store), "--offset", str(soon), "-f", "jsonl"])
     assert f"timer: the record at {soon} is delivered" in res.stderr
+
+
+def test_repair_plan_says_what_it_leaves_the_timer_pointing_at(store):
+    """The repair of a store whose commitlog lost its tail under timer units: rmqdump does not rewrite the timer
+    store, so its plan says how many units point past the repaired end (#10668) instead of staying silent."""
+    from rmqdump.write.repair import plan_repair
+
+    recs = manifest_timer_messages()
+    cut = next(o for o, m in recs.items() if m["keys"] == "hour-b")
+    cl = store / "commitlog" / "00000000000000000000"
+    patch(cl, cut, bytes(os.path.getsize(cl) - cut))
+    past = sum(1 for o in recs if o >= cut)
+    plan = plan_repair(store)
+    try:
+        timer = [w for w in plan.warnings if w.startswith("timerlog:")]
+        assert plan.changes and len(timer) == 1 and f"{past} past the repaired end" in timer[0], plan.warnings
+    finally:
+        plan.cleanup()

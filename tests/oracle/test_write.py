@@ -133,6 +133,11 @@ def _repair_params() -> list:
 UNREPAIRABLE_CONTENT = {"torn_properties", "index_key_mismatch", "body_crc"}
 
 
+#: timer deliveries of records the repair removed or replaced (apache/rocketmq #10668): the repair plan warns of
+#: them (write/repair/timer.py) and verify reports them after it; rmqdump does not rewrite the timer store yet
+TIMER_LEFT = {"timer_unit_beyond_commitlog", "timer_unit_bad_record"}
+
+
 @pytest.mark.parametrize("name,salvage", _repair_params())
 def test_repair_result_loaded_by_rocketmq(matrix, name, salvage, tmp_path):
     b = matrix.get(name)
@@ -144,7 +149,10 @@ def test_repair_result_loaded_by_rocketmq(matrix, name, salvage, tmp_path):
     if res.exit_code == 2:
         pytest.skip(f"repair refuses: {res.stderr.strip()[:200]}")
     doc, _ = verify_doc(store)
-    errors = [f for f in doc["findings"] if f["severity"] == "error" and f["kind"] not in UNREPAIRABLE_CONTENT]
+    unrepaired = set(UNREPAIRABLE_CONTENT)
+    if any(w.startswith("timerlog:") for w in json.loads(res.output).get("warnings", [])):
+        unrepaired |= TIMER_LEFT  # the plan said so: repair does not rewrite the timer store yet
+    errors = [f for f in doc["findings"] if f["severity"] == "error" and f["kind"] not in unrepaired]
     assert errors == [], "verify still finds errors after repair --apply"
     rec = doc["recovery"]
     manifest = load(b.version, store, b.run_args)

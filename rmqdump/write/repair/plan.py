@@ -280,6 +280,11 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                                            infer_geometry, neutralised)
         full_end_ts = _full_index_end_ts(root, plan, geo)
 
+    if plan.changes:
+        from rmqdump.write.repair.timer import timer_warnings
+
+        plan.warnings += timer_warnings(root, end, neutralised)
+
     # -- checkpoint -----------------------------------------------------------------------------------
     _checkpoint_change(root, cl, end, plan, full_end_ts, use_mmap)
     if abort is not None:
