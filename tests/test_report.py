@@ -302,6 +302,7 @@ def test_a_failed_write_keeps_the_old_page(tmp_path, monkeypatch):
     """The page goes to a temporary file, fsynced, then renamed: a failure before the rename leaves the old
     page whole and no temporary file behind."""
     from rmqdump.analysis import report as mod
+    from rmqdump.disk import durable
     from rmqdump.errors import StoreError
 
     out = tmp_path / "r.html"
@@ -310,7 +311,7 @@ def test_a_failed_write_keeps_the_old_page(tmp_path, monkeypatch):
     def fail(fd, what):
         raise StoreError("fsync failed (test)", what)
 
-    monkeypatch.setattr(mod, "fsync_fd", fail)
+    monkeypatch.setattr(durable, "fsync_fd", fail)
     with pytest.raises(StoreError):
         mod.write_report(STORE, out)
     assert out.read_text() == "old page"

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from rmqdump.codec.layout import MAX_RECORD_SIZE
-from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
+from rmqdump.disk.durable import atomic_file
 from rmqdump.disk.fileio import open_regular
 from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import RmqdumpError, StoreError
@@ -199,33 +199,16 @@ def write_bundle(path: str | os.PathLike, to: str | os.PathLike, *, with_data: b
     root, members = collect(path, evidence_hashes=evidence_hashes, use_mmap=use_mmap, max_record_size=max_record_size,
                             version=version)
     refuse_inside(out, [root], "the bundle")
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     listing = []
-    try:
-        fd = open_write(tmp, create=True, exclusive=True)
-    except OSError as e:
-        raise StoreError(f"cannot create the bundle: {e.strerror}", tmp) from None
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            with tarfile.open(fileobj=raw, mode="w:gz") as tar:
-                now = time.time()
-                for name, data in members.items():
-                    info = tarfile.TarInfo(name)
-                    info.size, info.mtime, info.mode = len(data), now, 0o644
-                    tar.addfile(info, io.BytesIO(data))
-                    listing.append({"name": name, "size": len(data)})
-                if with_data:
-                    listing += _add_data(tar, root)
-            raw.flush()
-            fsync_fd(raw.fileno(), tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(out.parent)
+    with atomic_file(out, "the bundle") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        now = time.time()
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), now, 0o644
+            tar.addfile(info, io.BytesIO(data))
+            listing.append({"name": name, "size": len(data)})
+        if with_data:
+            listing += _add_data(tar, root)
     return {"bundle": str(out), "store": str(root), "with_data": with_data, "members": listing}
 
 

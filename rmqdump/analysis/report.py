@@ -27,8 +27,9 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
+from rmqdump.broker.recovery.cost import next_start_after_walk
 from rmqdump.codec.layout import MAX_RECORD_SIZE
-from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
+from rmqdump.disk.durable import atomic_file
 from rmqdump.disk.guard import protected_root, refuse_inside
 from rmqdump.errors import RmqdumpError, StoreError
 
@@ -80,9 +81,7 @@ def collect(path: str | os.PathLike, *, keep_going: bool = False, version: str =
                         max_record_size=max_record_size,
                         progress=(lambda done, _t: progress(done)) if progress else None)
     vdoc = vrep.to_dict()
-    ns = _next_start_doc(store, vrep, total, time.monotonic() - began)
-    if ns is not _ABSENT:
-        vdoc["next_start"] = ns
+    vdoc["next_start"] = next_start_after_walk(vrep.recovery, store, total, time.monotonic() - began)
     sdoc = compute_stats(path, use_mmap=use_mmap, max_record_size=max_record_size,
                          progress=(lambda done: progress(total + done)) if progress else None)
     cons: dict = {"rows": None, "why_not": None, "offsets_file": None, "problems": []}
@@ -102,24 +101,6 @@ def collect(path: str | os.PathLike, *, keep_going: bool = False, version: str =
     return {"store": str(store.root if store.root is not None else store.commitlog.location),
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "verify": vdoc, "verify_exit_code": vrep.exit_code, "stats": sdoc, "consumers": cons}
-
-
-_ABSENT = object()
-
-
-def _next_start_doc(store, vrep, nbytes: int, seconds: float):
-    """verify's ``next_start`` object, made as ``verify -f json`` makes it (the broker's next start at the rate
-    verify's walk just ran); :data:`_ABSENT` when this rmqdump has no estimate (the key is left out)."""
-    try:
-        from rmqdump.broker.recovery.cost import measured_rate, next_start
-    except ImportError:
-        return _ABSENT
-    if vrep.recovery is None:
-        return None
-    try:
-        return next_start(vrep.recovery, store, measured_rate(nbytes, seconds))
-    except RmqdumpError as e:
-        return {"estimated": False, "why_not": str(e)}
 
 
 def _groups(rep) -> list[dict]:
@@ -154,24 +135,8 @@ def write_report(path: str | os.PathLike, to: str | os.PathLike, *, version_labe
 
 def write_atomic(out: Path, payload: bytes) -> None:
     """``payload`` to ``out`` through a temporary file in its directory, fsynced, then renamed."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        fd = open_write(tmp, create=True, exclusive=True)
-    except OSError as e:
-        raise StoreError(f"cannot create the report: {e.strerror}", tmp) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            fsync_fd(f.fileno(), tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(out.parent)
+    with atomic_file(out, "the report") as f:
+        f.write(payload)
 
 
 # ---------------------------------------------------------------- rendering

@@ -11,7 +11,6 @@ from rmqdump.analysis.verify import verify_store
 from rmqdump.cli.options import access_options, report_output_options, verify_options
 from rmqdump.cli.output import Column, default_format, diag, emit_document, escape_control, print_table, progress_bar
 from rmqdump.codec.layout import record_size_limit
-from rmqdump.errors import RmqdumpError
 from rmqdump.findings import ERROR, INFO, WARNING
 from rmqdump.store.root import Store
 
@@ -55,7 +54,9 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
             progress=lambda done, _total: update(done),
         )
     doc = report.to_dict()
-    doc["next_start"] = _next_start(store, report, total, time.monotonic() - began)
+    from rmqdump.broker.recovery.cost import next_start_after_walk
+
+    doc["next_start"] = next_start_after_walk(report.recovery, store, total, time.monotonic() - began)
     emit_document(doc, fmt, render_report)
     if not quiet and fmt != "table":
         s = report.summary
@@ -64,18 +65,6 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
     if report.exit_code:
         raise SystemExit(report.exit_code)
     return 0
-
-
-def _next_start(store: Store, report, nbytes: int, seconds: float) -> dict | None:
-    """The ``next_start`` object: the work of the broker's next start, at the rate verify's walk just ran."""
-    from rmqdump.broker.recovery.cost import measured_rate, next_start
-
-    if report.recovery is None:
-        return None
-    try:
-        return next_start(report.recovery, store, measured_rate(nbytes, seconds))
-    except RmqdumpError as e:
-        return {"estimated": False, "why_not": str(e)}
 
 
 def _fast_needs_build(store: Store) -> bool:

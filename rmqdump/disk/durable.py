@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO
 
 from rmqdump.disk.fileio import O_CLOEXEC, open_dir, open_read
 from rmqdump.errors import StoreError
@@ -81,3 +85,28 @@ def fsync_dir(path: str | os.PathLike) -> None:
             raise StoreError(f"directory fsync failed: {e.strerror}", path) from None
     finally:
         os.close(fd)
+
+
+@contextmanager
+def atomic_file(out: Path, what: str) -> Iterator[BinaryIO]:
+    """A new file at ``out`` (outside any store: a bundle, a report): written to a temporary file beside it,
+    fsynced, renamed over ``out``, its directory fsynced. On any error the temporary file is removed and a
+    previous ``out`` stays whole."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        fd = open_write(tmp, create=True, exclusive=True)
+    except OSError as e:
+        raise StoreError(f"cannot create {what}: {e.strerror}", tmp) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            fsync_fd(f.fileno(), tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(out.parent)

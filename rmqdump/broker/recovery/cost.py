@@ -219,6 +219,19 @@ def next_start(pred, store: Store, rate: Rate | None = None, exact: bool = True)
     return doc
 
 
+def next_start_after_walk(pred, store: Store, nbytes: int, seconds: float) -> dict | None:
+    """The ``next_start`` object ``verify -f json`` (and ``report``) give: the next start's work at the rate a
+    walk of ``nbytes`` in ``seconds`` just ran on this store; None without a prediction."""
+    from rmqdump.errors import RmqdumpError
+
+    if pred is None:
+        return None
+    try:
+        return next_start(pred, store, measured_rate(nbytes, seconds))
+    except RmqdumpError as e:
+        return {"estimated": False, "why_not": str(e)}
+
+
 def summary_lines(doc: dict) -> list[str]:
     """The next start in two or three short lines (verify's block, info)."""
     if not doc.get("estimated"):
