@@ -134,9 +134,10 @@ def _index_consistent(path: Path, geo, header) -> bool:
 
 
 def _index_changes(cl, root: Path, files: list[Path], headers: list, geo, end: int, plan: RepairPlan, stage: Path,
-                   name_clock, use_mmap: bool, infer_geometry, neutralised: list[tuple[int, int]] = ()
-                   ) -> list[Change]:
-    """Delete index files wholly past the end; rebuild the last one when it is stale, lagging or torn."""
+                   name_clock, use_mmap: bool, infer_geometry, neutralised: list[tuple[int, int]] = (),
+                   interrupted: str | None = None) -> list[Change]:
+    """Delete index files wholly past the end; rebuild the last one when it is stale, lagging or torn, or when
+    ``interrupted`` (what the abort marker of an interrupted rmqdump write says) is given."""
     from rmqdump.codec.record import Message
 
     out: list[Change] = []
@@ -190,7 +191,8 @@ def _index_changes(cl, root: Path, files: list[Path], headers: list, geo, end: i
                 if isinstance(rec, Message) and _index_keys_of(rec):
                     reasons.append(f"records from offset {rec.offset} have no index entries")
                     break
-    interrupted = _interrupted_run(root) if h is not None and lgeo is not None else None
+    if h is None or lgeo is None:
+        interrupted = None
     if interrupted and not reasons:
         # its writes may have stopped inside this file (a header already new, entries or slots not yet): only
         # a rebuild compared byte for byte tells; when the file is whole the comparison changes nothing
@@ -229,16 +231,6 @@ def _index_changes(cl, root: Path, files: list[Path], headers: list, geo, end: i
                           group="index", why="rebuild: next index file"))
         plan.step("index", "create", file=extra.name)
     return out
-
-
-def _interrupted_run(root: Path) -> str | None:
-    """What the ``abort`` marker of an interrupted rmqdump write says (None: no such marker)."""
-    from rmqdump.write.appender import read_abort
-
-    abort = read_abort(root)
-    if abort is None or not abort.ours:
-        return None
-    return abort.content.decode("utf-8", "replace").strip()[:80]
 
 
 def _record_start_at_or_after(cl, offset: int, end: int, use_mmap: bool) -> int:

@@ -277,7 +277,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
             plan.changes += _rebuild_index_changes(cl, root, files, geo, end, plan, stage, name_clock, use_mmap)
         else:
             plan.changes += _index_changes(cl, root, files, headers, geo, end, plan, stage, name_clock, use_mmap,
-                                           infer_geometry, neutralised)
+                                           infer_geometry, neutralised, _interrupted_by(abort))
         full_end_ts = _full_index_end_ts(root, plan, geo)
 
     if plan.changes:
@@ -297,6 +297,13 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.step("outcome", "salvage", detail=f"keeps {kept_after} of the {plan.broker_would_lose} intact records "
                   "the broker's recovery would delete")
     return plan
+
+
+def _interrupted_by(abort) -> str | None:
+    """What the ``abort`` marker of an interrupted rmqdump write says (None: no such marker)."""
+    if abort is None or not abort.ours:
+        return None
+    return abort.content.decode("utf-8", "replace").strip()[:80]
 
 
 def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq: bool, index: bool,
