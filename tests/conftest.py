@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,16 @@ def store_copy(tmp_path):
         return writable_copy(real_store(name), tmp_path / name)
 
     return _copy
+
+
+@pytest.fixture
+def controller_store(tmp_path) -> Path:
+    """A copy of ``fixtures/store`` with the controller-mode files of ``fixtures/controller`` beside it."""
+    st = tmp_path / "store"
+    shutil.copytree(FIXTURES / "store", st)
+    for f in (FIXTURES / "controller").iterdir():
+        shutil.copy(f, st / f.name)
+    return st
 
 
 @pytest.fixture(scope="session", autouse=True)

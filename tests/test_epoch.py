@@ -5,7 +5,6 @@ documented ``CheckpointFile``/``BrokerMetadata`` format; the oracle cannot write
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,10 @@ from click.testing import CliRunner
 from rmqdump.cli import cli
 from rmqdump.store.epoch import parse_epoch_file, read_epochs
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
 
 @pytest.fixture
-def store(tmp_path) -> Path:
-    st = tmp_path / "store"
-    shutil.copytree(FIXTURES / "store", st)
-    for f in (FIXTURES / "controller").iterdir():
-        shutil.copy(f, st / f.name)
-    return st
+def store(controller_store) -> Path:
+    return controller_store
 
 
 def verify_findings(st: Path) -> dict[str, dict]:

@@ -21,12 +21,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture
-def store(tmp_path) -> Path:
-    st = tmp_path / "store"
-    shutil.copytree(FIXTURES / "store", st)
-    for f in (FIXTURES / "controller").iterdir():
-        shutil.copy(f, st / f.name)
-    return st
+def store(controller_store) -> Path:
+    return controller_store
 
 
 def set_confirm(st: Path, offset: int) -> None:

@@ -52,19 +52,20 @@ class DLedgerDir:
     @property
     def committed_index(self) -> int | None:
         """``committedIndex`` of the checkpoint as ``Long.valueOf`` reads it (None: absent or unreadable)."""
-        v = (self.checkpoint or {}).get("committedIndex")
-        try:
-            return int(v) if v else None
-        except ValueError:
-            return None
+        return _long(self.checkpoint, "committedIndex")
 
     @property
     def curr_term(self) -> int | None:
-        v = (self.currterm or {}).get("currTerm")
-        try:
-            return int(v) if v else None
-        except ValueError:
-            return None
+        return _long(self.currterm, "currTerm")
+
+
+def _long(props: dict[str, str] | None, key: str) -> int | None:
+    """A number of a DLedger properties text file (None: the file or the key absent, or not a number)."""
+    v = (props or {}).get(key)
+    try:
+        return int(v) if v else None
+    except ValueError:
+        return None
 
 
 def _read_text(p: Path, problems: list[str]) -> dict[str, str] | None:

@@ -92,19 +92,18 @@ class RocksDB:
     def range(self, family: str, start: bytes, stop: bytes) -> list[tuple[bytes, bytes]]:
         """Every (key, value) with ``start <= key < stop`` in key order (the bound is RocksDB's, no key past it
         is read)."""
-        ro = _binding().ReadOptions()
-        ro.set_iterate_upper_bound(stop)
-        try:
-            return list(self.family(family).items(from_key=start, read_opt=ro))
-        except Exception as exc:
-            raise StoreError(f"RocksDB read failed: {_one_line(exc)}", self.path) from None
+        return self._bounded(family, start, stop, "items")
 
     def range_values(self, family: str, start: bytes, stop: bytes) -> list[bytes]:
         """The values of :meth:`range` alone (no key objects: half the work)."""
+        return self._bounded(family, start, stop, "values")
+
+    def _bounded(self, family: str, start: bytes, stop: bytes, what: str) -> list:
+        """``items`` or ``values`` of one column family from ``start`` up to (not including) ``stop``."""
         ro = _binding().ReadOptions()
         ro.set_iterate_upper_bound(stop)
         try:
-            return list(self.family(family).values(from_key=start, read_opt=ro))
+            return list(getattr(self.family(family), what)(from_key=start, read_opt=ro))
         except Exception as exc:
             raise StoreError(f"RocksDB read failed: {_one_line(exc)}", self.path) from None
 
