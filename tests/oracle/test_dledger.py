@@ -97,8 +97,15 @@ def build_mixed() -> Built:
                  read_jsonl(final / "manifest.jsonl"), args, settings=new[0])
 
 
+def _no_checkpoint(b: Built) -> list[dict]:
+    """A member that crashed before DLedger's first checkpoint flush (the base has the file or not, run to run)."""
+    cp = "dledger-n0/checkpoint"
+    return [{"op": "delete", "path": cp}] if (b.store / cp).exists() else []
+
+
 VARIANTS = {"dledger-crash~torn-body": ("dledger-crash", _torn_body),
-            "dledger-crash~torn-header": ("dledger-crash", _torn_header)}
+            "dledger-crash~torn-header": ("dledger-crash", _torn_header),
+            "dledger-no-dispatch~no-checkpoint": ("dledger-no-dispatch", _no_checkpoint)}
 NAMES = [*BASES, *VARIANTS, "dledger-mixed"]
 _built: dict[str, Built] = {}
 
@@ -196,7 +203,7 @@ def test_verify_predicts_dledger_recovery(name):
                                                  "index_header_mismatch"}
     if not name.endswith("torn-header"):
         assert [w for w in warnings if w["kind"] != "abort_present"] == []
-    if name.endswith("no-dispatch"):  # DLedger's checkpoint was not flushed: committedIndex -1
+    if "no-dispatch" in name:  # DLedger's checkpoint not flushed, or flushed before a commit: committedIndex -1
         assert info["committedIndex"] == -1 and rec["max_offset"] == 0
         assert [f["kind"] for f in doc["findings"] if f["kind"].startswith("dledger_")] == ["dledger_uncommitted"]
     if not name.endswith(("torn-body", "torn-header")):

@@ -92,8 +92,9 @@ does not end the walk):
   ``dledger_index_mismatch``, ``dledger_index_file`` (error)  an index unit that disagrees with its entry (DLedger
                               rewrites the index from there); an index file of another size (DLedger's load fails)
   ``dledger_checkpoint``, ``dledger_currterm``, ``dledger_text_file`` (warning; ``dledger_currterm`` info when the
-                              file is absent)  its checkpoint/currterm missing, unreadable or behind the entries
-  ``dledger_uncommitted`` (info)  entries after committedIndex: RocketMQ reads none of their records yet
+                              file is absent)  checkpoint unreadable, currterm missing or behind the entries
+  ``dledger_uncommitted`` (info)  entries after committedIndex (-1 when no checkpoint was flushed yet): RocketMQ
+                              reads none of their records yet
 Controller-mode epochs (``epoch_checks``; ``epochFileCheckpoint`` + ``.bak``, read as CheckpointFile.read does):
   ``epoch_file_bad`` (error; warning when the .bak rescues it)  count or CRC32 line wrong;
   ``epoch_load_fails`` (error)  the broker's epoch load throws; ``epoch_order``, ``epoch_past_end`` (warning)
