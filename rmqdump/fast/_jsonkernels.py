@@ -53,6 +53,8 @@ from rmqdump.fast.abi import (
     B_SEG_START,
     B_SELECT,
     B_SIZE,
+    B_TAIL,
+    B_TAIL_LEN,
     BLOCK_SIZE,
     C_BORN_H,
     C_ENTRIES,
@@ -121,8 +123,11 @@ _KEYTEXT, _KEYOFF = _lits(
 )
 # "v1" "v2" | transaction names by (sysflag & 0xC) >> 2 | compression: none zlib lz4 zstd unknown | null
 _NAMES, _NAMEOFF = _lits('"v1"', '"v2"', '"none"', '"prepared"', '"commit"', '"rollback"', '"none"', '"zlib"',
-                         '"lz4"', '"zstd"', '"unknown"', "null", ", ", ": ", "[]", "{}")
+                         '"lz4"', '"zstd"', '"unknown"', "null", ", ", ": ", "[]", "{}", "true",
+                         ', "store_time": ', '+00:00"', "}\n")
 N_V1, N_TX, N_COMP, N_NULL, N_COMMA, N_COLON = 0, 2, 6, 11, 12, 13
+N_TRUE, N_STORE_TIME, N_UTC, N_END = 16, 17, 18, 19
+_MAX_TS_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: export's store_time is null past it (and before 1970)
 K_TAGS_CODE = 25
 
 
@@ -531,11 +536,55 @@ def _needs_python(buf, sys_flag, ts, tl, ps, pl, decompress, schedule):
 
 
 @njit(cache=True, nogil=True)
+def _d2(out, o, v):
+    """Two decimal digits of ``0 <= v < 100``."""
+    out[o] = _DIGITS2[2 * v]
+    out[o + 1] = _DIGITS2[2 * v + 1]
+    return o + 2
+
+
+@njit(cache=True, nogil=True)
+def _iso_ms(out, o, ms):
+    """``"YYYY-MM-DDTHH:MM:SS.mmm`` of a UTC millisecond time in 1970..9999 (Python's
+    ``datetime.isoformat(timespec="milliseconds")``; the caller adds the zone and the quote)."""
+    days = ms // 86400000
+    r = ms - days * 86400000
+    z = days + 719468  # the civil date of a day number (H. Hinnant's days_from_civil, inverted)
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + 3 if mp < 10 else mp - 9
+    y = yoe + era * 400 + (1 if m <= 2 else 0)
+    out[o] = 34
+    o = _d2(out, o + 1, y // 100)
+    o = _d2(out, o, y % 100)
+    out[o] = 45
+    o = _d2(out, o + 1, m)
+    out[o] = 45
+    o = _d2(out, o + 1, d)
+    out[o] = 84  # T
+    o = _d2(out, o + 1, r // 3600000)
+    out[o] = 58
+    o = _d2(out, o + 1, r // 60000 % 60)
+    out[o] = 58
+    o = _d2(out, o + 1, r // 1000 % 60)
+    out[o] = 46
+    ms3 = r % 1000
+    out[o + 1] = 48 + ms3 // 100
+    return _d2(out, o + 2, ms3 % 100)
+
+
+@njit(cache=True, nogil=True)
 def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_select, limit, sc,
           file_pos, size, magic, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_addr,
           born_port, store_ts, store_addr, store_port, reconsume, prepared, body_len, body_start, topic_start,
-          topic_len, props_start, props_len):
-    """Render rows ``i0..n-1`` as JSONL into ``out``. Returns (bytes written, next row, code, emitted)."""
+          topic_len, props_start, props_len, tail, crc_ok):
+    """Render rows ``i0..n-1`` as JSONL into ``out``. Returns (bytes written, next row, code, emitted).
+    ``tail`` not empty: export's lines, the lineage columns after ``body`` (``tail``, then ``crc_ok``
+    true or null and ``store_time``)."""
     memo = sc[sc.shape[0] - 2:]  # the last two scratch rows: the host memo (born, store)
     sc = sc[:sc.shape[0] - 2]
     memo[0, 2] = -1
@@ -567,7 +616,7 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
             bound = 6 * bl
         else:
             bound = 0
-        bound += 2048 + fname.size + 6 * tl + 28 * pl + 8
+        bound += 2048 + fname.size + tail.size + 6 * tl + 28 * pl + 8
         if o + bound > cap:
             return o, i, CODE_FULL, emitted
         k = _parse_props(buf, ps, pl, sc)
@@ -687,7 +736,21 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
                 o = _str(out, o, buf, bs, bl)
             out[o] = 34
             o += 1
-        o = _lit(out, o, KT, KO, 28)
+        if tail.size == 0:
+            o = _lit(out, o, KT, KO, 28)
+        else:
+            for j in range(tail.size):
+                out[o + j] = tail[j]
+            o += tail.size
+            o = _lit(out, o, NT, NO, N_TRUE if crc_ok[i] != 0 else N_NULL)
+            o = _lit(out, o, NT, NO, N_STORE_TIME)
+            st = store_ts[i]
+            if 0 <= st <= _MAX_TS_MS:
+                o = _iso_ms(out, o, st)
+                o = _lit(out, o, NT, NO, N_UTC)
+            else:
+                o = _lit(out, o, NT, NO, N_NULL)
+            o = _lit(out, o, NT, NO, N_END)
         emitted += 1
         i += 1
     return o, i, CODE_DONE, emitted
@@ -890,6 +953,7 @@ def jsonl_c(a):
     sc = carray(_p_i64(a[B_SCRATCH]), (a[B_SCRATCH_CAP], 4))
     use_select = a[B_SELECT] != 0
     sel = carray(_p_u8(a[B_SELECT] if use_select else a[B_FILE]), (n if use_select else 0,))
+    tail = a[B_TAIL] if a[B_TAIL_LEN] else a[B_FILE]
     o, i, code, emitted = jsonl(
         carray(_p_u8(a[B_BUF]), (a[B_SIZE],)), n, a[B_I0], carray(_p_u8(a[B_OUT]), (a[B_OUT_CAP],)), a[B_OUT_CAP],
         a[B_MODE], a[B_DECOMPRESS] != 0, a[B_SEG_START], carray(_p_u8(a[B_FILE]), (a[B_FILE_LEN],)), sel,
@@ -901,7 +965,8 @@ def jsonl_c(a):
         carray(_p_i64(a[c + 12]), (n,)), carray(_p_u8(a[c + 13]), (n, 16)), carray(_p_i32(a[c + 14]), (n,)),
         carray(_p_i32(a[c + 15]), (n,)), carray(_p_i64(a[c + 16]), (n,)), carray(_p_i32(a[c + 17]), (n,)),
         carray(_p_i64(a[c + 18]), (n,)), carray(_p_i64(a[c + 19]), (n,)), carray(_p_i32(a[c + 20]), (n,)),
-        carray(_p_i64(a[c + 21]), (n,)), carray(_p_i32(a[c + 22]), (n,)))
+        carray(_p_i64(a[c + 21]), (n,)), carray(_p_i32(a[c + 22]), (n,)), carray(_p_u8(tail), (a[B_TAIL_LEN],)),
+        carray(_p_i8(a[c + 23]), (n,)))
     a[B_OUT_LEN] = o
     a[B_OUT_NEXT] = i
     a[B_OUT_CODE] = code

@@ -94,4 +94,7 @@ C_FLAGS, C_ENTRIES, C_NAME_OFF, C_NAME_DATA, C_VALUE_OFF, C_VALUE_DATA = 47, 48,
 C_KEYS, C_KEY_OFF, C_KEY_DATA, C_TAGS, C_UNIQ, C_TAGCODE = 53, 54, 55, 56, 58, 60
 C_TOPIC, C_BORN_H, C_STORE_H, C_MSGID, C_VALID = 61, 63, 65, 67, 68
 C_OUT_ENTRIES, C_OUT_KEYS = 69, 70
-BLOCK_SIZE = 72
+# export's JSONL lines: the lineage columns after "body" (B_TAIL: the UTF-8 bytes from ', "broker": ' up to
+# and including ', "crc_ok": '; B_TAIL_LEN 0: scan's lines, no lineage)
+B_TAIL, B_TAIL_LEN = 72, 73
+BLOCK_SIZE = 76

@@ -43,6 +43,8 @@ from rmqdump.fast.abi import (
     B_SEG_START,
     B_SELECT,
     B_SIZE,
+    B_TAIL,
+    B_TAIL_LEN,
     BLOCK_SIZE,
     BODY_MODES,
     C_BORN_H,
@@ -94,7 +96,7 @@ def _abi() -> bytes:
     return repr((BODY_MODES, CODE_DONE, CODE_FULL, CODE_FALLBACK, B_COLS, B_OUT_LEN, B_OUT_NEXT, B_OUT_CODE,
                  B_OUT_EMITTED, C_N, C_FLAGS, C_ENTRIES, C_NAME_OFF, C_NAME_DATA, C_VALUE_OFF, C_VALUE_DATA, C_KEYS,
                  C_KEY_OFF, C_KEY_DATA, C_TAGS, C_UNIQ, C_TAGCODE, C_TOPIC, C_BORN_H, C_STORE_H, C_MSGID, C_VALID,
-                 C_OUT_ENTRIES, C_OUT_KEYS, BLOCK_SIZE, COLUMNS)).encode()
+                 C_OUT_ENTRIES, C_OUT_KEYS, B_TAIL, B_TAIL_LEN, BLOCK_SIZE, COLUMNS)).encode()
 
 
 def library_path() -> Path:
@@ -202,12 +204,16 @@ class JsonlRenderer:
     ``render(msg)`` gives the bytes of one line (newline included) by the pure path, for the
     records the kernel hands back. ``mode`` is a ``MODE_*`` body mode. ``jobs`` > 1 renders
     ranges of a batch in that many threads (output order unchanged); :meth:`close` stops them.
+    ``tail``: export's lines (:func:`rmqdump.rows.export.jsonl_lines`): the UTF-8 JSON of the
+    lineage columns from ``, "broker": `` to ``, "crc_ok": `` included (:meth:`set_tail`); the
+    kernel adds ``crc_ok`` (true or null) and ``store_time`` (ISO 8601 ms, UTC, or null).
     """
 
     def __init__(self, write: Callable[[Any], Any], render: Callable[[Message], bytes], mode: int,
-                 decompress: bool = False, buffer_size: int = OUT_BUFFER, jobs: int = 1):
+                 decompress: bool = False, buffer_size: int = OUT_BUFFER, jobs: int = 1, tail: bytes = b""):
         import numpy as np
 
+        self.tail = np.frombuffer(tail, dtype=np.uint8).copy()
         self.k = backend()
         self.write = write
         self.render = render
@@ -221,6 +227,12 @@ class JsonlRenderer:
         self._pool = None
         self._workers: list = []
         self._files: dict[str, np.ndarray] = {}
+
+    def set_tail(self, tail: bytes) -> None:
+        """The lineage JSON of the next batches (a new split: broker, store, segment)."""
+        import numpy as np
+
+        self.tail = np.frombuffer(tail, dtype=np.uint8).copy()
 
     def _file(self, name: str) -> np.ndarray:
         f = self._files.get(name)
@@ -244,6 +256,10 @@ class JsonlRenderer:
         fname = self._file(rb.file)
         a[B_FILE] = fname.ctypes.data
         a[B_FILE_LEN] = fname.size
+        tail = self.tail  # held until the batch is written
+        if tail.size:
+            a[B_TAIL] = tail.ctypes.data
+            a[B_TAIL_LEN] = tail.size
         if select is not None:
             select = np.ascontiguousarray(select, dtype=np.uint8)
             a[B_SELECT] = select.ctypes.data

@@ -18,9 +18,7 @@ The Spark export job writes through the same :class:`DatasetWriter`, one file se
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import os
 import time
 import uuid
@@ -31,6 +29,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
+from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.disk.guard import protected_root, refuse_inside
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.rows.arrow import (
@@ -42,6 +42,10 @@ from rmqdump.rows.arrow import (
     read_split,
     segment_splits,
 )
+from rmqdump.rows.exportjsonl import CompiledJsonl, compiled_jsonl_applies, jsonl_lines
+
+__all__ = ["DatasetWriter", "ExportResult", "WrittenFile", "export", "export_throughput", "jsonl_lines",
+           "parse_partition_by", "partition_dir_name", "partition_keys", "write_splits"]
 
 FORMATS = ("parquet", "jsonl")
 PARTITION_KEYS = ("broker", "topic", "queue_id", "date", "hour")
@@ -163,23 +167,6 @@ def partition_keys(batch: pa.RecordBatch, columns: Sequence[str]) -> list[tuple]
     return out
 
 
-def jsonl_lines(batch: pa.RecordBatch) -> Iterable[str]:
-    """One JSON line per row: body base64, properties an object, store_time ISO 8601 (UTC)."""
-    names = batch.schema.names
-    cols = [batch.column(i).to_pylist() for i in range(batch.num_columns)]
-    conv = {}
-    if "body" in names:
-        conv[names.index("body")] = lambda b: None if b is None else base64.b64encode(b).decode("ascii")
-    if "properties" in names:
-        conv[names.index("properties")] = lambda p: None if p is None else dict(p)
-    if "store_time" in names:
-        conv[names.index("store_time")] = lambda t: None if t is None else t.isoformat(timespec="milliseconds")
-    for i, f in conv.items():
-        cols[i] = [f(v) for v in cols[i]]
-    for row in zip(*cols, strict=True):
-        yield json.dumps(dict(zip(names, row, strict=True)), ensure_ascii=False)
-
-
 @dataclass
 class WrittenFile:
     path: str
@@ -211,11 +198,11 @@ class _Sink:
             dictionary = [c for c in DICTIONARY_COLUMNS if c.split(".")[0] in names]
             self.writer = pq.ParquetWriter(str(self.tmp), schema, compression=compression, use_dictionary=dictionary)
         else:
-            self.fh = open(self.tmp, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 (closed in close())
+            self.fh = open(self.tmp, "wb")  # noqa: SIM115 (closed in close())
 
     def add(self, batch: pa.RecordBatch) -> None:
         if self.fmt == "jsonl":
-            self.fh.writelines(line + "\n" for line in jsonl_lines(batch))
+            self.fh.write("".join(line + "\n" for line in jsonl_lines(batch)).encode("utf-8"))
             self.rows += batch.num_rows
             return
         self.pending.append(batch)
@@ -314,6 +301,18 @@ class DatasetWriter:
             path = d / f"{self.prefix}-{n:03d}.{'parquet' if self.fmt == 'parquet' else 'jsonl'}"
         sink = self.open[key] = _Sink(path, self.fmt, self.schema, self.compression, self.background)
         return sink
+
+    def jsonl_file(self) -> _Sink:
+        """The one file of an unpartitioned JSONL export, for a writer of ready lines (``fh``, binary); it
+        reports its lines with :meth:`add_rows`."""
+        if self.fmt != "jsonl" or self.partition_by:
+            raise ValueError("not an unpartitioned JSONL export")
+        return self._sink(())
+
+    def add_rows(self, rows: int) -> None:
+        """Count ``rows`` lines written to :meth:`jsonl_file` directly."""
+        self.rows += rows
+        self._sink(()).rows += rows
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
@@ -439,19 +438,41 @@ def prepare_output(to: str | os.PathLike, partitioned: bool, overwrite: bool = F
 
 def write_splits(splits: Iterable[SegmentSplit], writer: DatasetWriter, result: ExportResult,
                  progress: Callable[[int], None] | None = None, **read_options) -> ExportResult:
-    """Read splits one after the other into ``writer`` (which the caller closes)."""
+    """Read splits one after the other into ``writer`` (which the caller closes). An unpartitioned JSONL
+    export writes the splits the compiled renderer takes (:func:`rmqdump.rows.exportjsonl.compiled_jsonl_applies`)
+    with it, the others through record batches and :func:`jsonl_lines` (the reference)."""
     done = 0
-    for split in splits:
-        for batch in read_split(split, on_segment=result.reports.append, **read_options):
-            writer.write(batch)
+    compiled: CompiledJsonl | None = None
+    direct = writer.fmt == "jsonl" and not writer.partition_by
+    pick = {k: read_options[k] for k in ("flt", "crc", "keep_going", "use_mmap", "fast") if k in read_options}
+    try:
+        for split in splits:
+            if direct and compiled_jsonl_applies(split, **pick):
+                if compiled is None:
+                    compiled = CompiledJsonl(writer.jsonl_file().fh.write,
+                                             include_body=read_options.get("include_body", False),
+                                             decompress=read_options.get("decompress", False),
+                                             delay_levels_ms=read_options.get("delay_levels_ms", DEFAULT_DELAY_LEVELS_MS))
+                tick = None if progress is None else (lambda end, done=done: progress(done + end))
+                rows = compiled.write_split(split, flt=pick.get("flt"), crc=pick.get("crc", "check"),
+                                            max_record_size=read_options.get("max_record_size", MAX_RECORD_SIZE),
+                                            on_segment=result.reports.append, progress=tick)
+                writer.add_rows(rows)
+            else:
+                for batch in read_split(split, on_segment=result.reports.append, **read_options):
+                    writer.write(batch)
+                    if progress is not None:
+                        last = batch.num_rows - 1
+                        progress(done + batch.column("offset")[last].as_py() + batch.column("size")[last].as_py()
+                                 - split.start)
+            done += split.size
+            result.segments += 1
+            result.input_bytes += split.size
             if progress is not None:
-                last = batch.num_rows - 1
-                progress(done + batch.column("offset")[last].as_py() + batch.column("size")[last].as_py() - split.start)
-        done += split.size
-        result.segments += 1
-        result.input_bytes += split.size
-        if progress is not None:
-            progress(done)
+                progress(done)
+    finally:
+        if compiled is not None:
+            compiled.close()
     result.rows = writer.rows
     return result
 

@@ -52,8 +52,8 @@ from rmqdump.store.dledger.files import is_dledger_segment
 from rmqdump.store.root import Store
 
 __all__ = ["CRC_MODES", "COLUMNS", "CQ_SCHEMA", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_BATCH_BYTES", "INDEX_SCHEMA",
-           "LINEAGE_FIELDS", "READ_AHEAD_BYTES", "RECORD_SCHEMA", "IndexSplit", "QueueSplit", "SegmentReport",
-           "SegmentSplit", "broker_name", "broker_names", "empty_batch", "index_splits", "iter_splits", "messages_batch",
+           "FastSplitWalk", "LINEAGE_FIELDS", "READ_AHEAD_BYTES", "RECORD_SCHEMA", "IndexSplit", "QueueSplit", "SegmentReport",
+           "SegmentSplit", "broker_name", "broker_names", "empty_batch", "fast_split_applies", "index_splits", "iter_splits", "messages_batch",
            "queue_splits", "read_index", "read_queue", "read_split", "record_batches", "segment_splits"]
 
 DEFAULT_BATCH_SIZE = 8192
@@ -83,8 +83,7 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     needs_body = flt is not None and flt.needs_body  # body criteria: matched record by record, bodies read
-    if fast is not False and not keep_going and crc != "flag" and use_mmap and not needs_body \
-            and _fast_usable(split, fast):
+    if fast_split_applies(split, fast=fast, flt=flt, crc=crc, keep_going=keep_going, use_mmap=use_mmap):
         yield from _fast_read_split(split, batch_size=batch_size, include_body=include_body, decompress=decompress,
                                     flt=flt, crc=crc, max_record_size=max_record_size,
                                     delay_levels_ms=delay_levels_ms, on_segment=on_segment)
@@ -211,36 +210,40 @@ def _read_ahead(walk, depth: int = 1) -> Iterator:
         t.join()
 
 
-def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool, decompress: bool,
-                     flt: RecordFilter | None, crc: str, max_record_size: int, delay_levels_ms: list[int],
-                     on_segment: Callable[[SegmentReport], None] | None) -> Iterator[pa.RecordBatch]:
-    from rmqdump.fast import walk as fastwalk
+class FastSplitWalk:
+    """The compiled walk of one split (:mod:`rmqdump.fast.walk`): its batches, then its
+    :class:`SegmentReport`. Segments of at least ``READ_AHEAD_BYTES`` are walked on a helper thread
+    one batch ahead; a batch's mapped pages are dropped once the caller has taken the next one.
+    Shared by the Arrow columns (:func:`read_split`) and export's compiled JSONL lines."""
 
-    seg = split.segment()
-    ctx = _FastContext(split, delay_levels_ms)
-    flt = None if flt is None or flt.empty else flt
-    rows = 0
-    ahead = split.size >= READ_AHEAD_BYTES and fastwalk.default_jobs() > 1
-    # walked on another thread, a batch's bytes are read here after the walk has moved on: the walk must not
-    # drop them from the mapping (they would fault back in and stay: RSS grew to the segment's size); this
-    # loop drops them once rendered
-    walk = fastwalk.walk_segment_fast(seg, check_crc=crc == "check", max_record_size=max_record_size,
-                                      release_pages=not ahead)
-    batches = _read_ahead(walk) if ahead else walk
-    try:
-        for rb in batches:
-            for batch in _fast_pieces(rb, ctx, include_body, decompress, flt):
-                for start in range(0, batch.num_rows, batch_size):
-                    piece = batch.slice(start, batch_size)
-                    rows += piece.num_rows
-                    yield piece
-            if ahead and rb.n:
-                walk.release_before(int(rb["file_pos"][-1]) + int(rb["size"][-1]))
-    finally:
-        if batches is not walk:
-            batches.close()  # stops and joins the walking thread
-        walk.close()
-    if on_segment is not None:
+    def __init__(self, split: SegmentSplit, *, crc: str, max_record_size: int):
+        from rmqdump.fast import walk as fastwalk
+
+        self.split = split
+        self.seg = split.segment()
+        self.ahead = split.size >= READ_AHEAD_BYTES and fastwalk.default_jobs() > 1
+        # walked on another thread, a batch's bytes are read here after the walk has moved on: the walk must not
+        # drop them from the mapping (they would fault back in and stay: RSS grew to the segment's size); this
+        # walk drops them once the caller is done with them
+        self.walk = fastwalk.walk_segment_fast(self.seg, check_crc=crc == "check", max_record_size=max_record_size,
+                                               release_pages=not self.ahead)
+
+    def __iter__(self) -> Iterator:
+        walk = self.walk
+        batches = _read_ahead(walk) if self.ahead else walk
+        try:
+            for rb in batches:
+                yield rb
+                if self.ahead and rb.n:
+                    walk.release_before(int(rb["file_pos"][-1]) + int(rb["size"][-1]))
+        finally:
+            if batches is not walk:
+                batches.close()  # stops and joins the walking thread
+            walk.close()
+
+    def report(self, rows: int, body_errors: BodyErrors) -> SegmentReport:
+        """How the walk ended, with the ``rows`` the caller kept."""
+        seg, walk = self.seg, self.walk
         st = walk.stop
         if st is None:
             kind, off, detail = "end_of_data", seg.end, "end of the segment"
@@ -250,5 +253,30 @@ def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool
             kind, off, detail = st.invalid.kind, st.invalid.offset, st.invalid.detail
         else:
             kind, off, detail = "end_of_data", seg.end, "end of the last commitlog segment"
-        on_segment(SegmentReport(split.path, walk.records, rows, kind, off, detail, 0, ctx.body_errors.count,
-                                 tuple(ctx.body_errors.first)))
+        return SegmentReport(self.split.path, walk.records, rows, kind, off, detail, 0, body_errors.count,
+                             tuple(body_errors.first))
+
+
+def fast_split_applies(split: SegmentSplit, *, fast: bool | None = None, flt: RecordFilter | None = None,
+                       crc: str = "check", keep_going: bool = False, use_mmap: bool = True) -> bool:
+    """Whether :func:`read_split` takes the compiled walk for this split and these options."""
+    needs_body = flt is not None and flt.needs_body  # body criteria: matched record by record, bodies read
+    return fast is not False and not keep_going and crc != "flag" and use_mmap and not needs_body \
+        and _fast_usable(split, fast)
+
+
+def _fast_read_split(split: SegmentSplit, *, batch_size: int, include_body: bool, decompress: bool,
+                     flt: RecordFilter | None, crc: str, max_record_size: int, delay_levels_ms: list[int],
+                     on_segment: Callable[[SegmentReport], None] | None) -> Iterator[pa.RecordBatch]:
+    ctx = _FastContext(split, delay_levels_ms)
+    flt = None if flt is None or flt.empty else flt
+    rows = 0
+    walk = FastSplitWalk(split, crc=crc, max_record_size=max_record_size)
+    for rb in walk:
+        for batch in _fast_pieces(rb, ctx, include_body, decompress, flt):
+            for start in range(0, batch.num_rows, batch_size):
+                piece = batch.slice(start, batch_size)
+                rows += piece.num_rows
+                yield piece
+    if on_segment is not None:
+        on_segment(walk.report(rows, ctx.body_errors))
