@@ -22,14 +22,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rmqdump.broker.systopics import multi_dispatch_targets
 from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
 from rmqdump.codec.record import Message
 from rmqdump.store.commitlog import CommitLog
 
+if TYPE_CHECKING:
+    from rmqdump.disk.segment import Segment
+
 _DISPATCHED_TYPES = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _MULTI = b"INNER_MULTI_DISPATCH"
+#: properties shorter than this cannot name multi-dispatch targets: ``INNER_MULTI_DISPATCH`` and
+#: ``INNER_MULTI_QUEUE_OFFSET``, each with a separator and a value, and the separator between them
+MULTI_MIN_PROPERTIES = len(_MULTI) + 2 + 1 + len(b"INNER_MULTI_QUEUE_OFFSET") + 2
+#: walks of the re-dispatch take any TOTALSIZE, as ``checkMessageAndReturnSize`` does
+WALK_MAX_RECORD_SIZE = (1 << 31) - 1
 #: commitlog offsets listed per queue (counts are complete)
 LISTED = 100
 
@@ -85,6 +94,21 @@ class _Queue:
         self.out.new_end = self.write
         self.max_phy = offset + size
 
+    def put_run(self, count: int, first_offsets: list[int], last_end: int) -> None:
+        """``count`` :meth:`put` calls known to append, each at its record's own queue offset (the queue has
+        files, every record ends past ``max_phy`` and their queue offsets run on from ``write``): the compiled
+        twin's bulk step. ``first_offsets``: the first (up to ``LISTED``) commitlog offsets."""
+        if self.out is None:
+            self.out = QueueRedispatch(self.name, self.write, self.write)
+        out = self.out
+        room = LISTED - out.count
+        if room > 0:
+            out.commitlog_offsets += first_offsets[:room]
+        out.count += count
+        self.write += count
+        out.new_end = self.write
+        self.max_phy = last_end
+
 
 class DispatchModel:
     """Every consume queue of a store, fed records in commitlog order."""
@@ -95,7 +119,7 @@ class DispatchModel:
             self.queues[(s.topic, s.queue_id)] = _Queue(s.name, s.max_offset, s.max_physic_offset, bool(s.files))
         self.batch_topics = batch_topics
 
-    def _queue(self, topic: str, queue_id: int) -> _Queue:
+    def queue(self, topic: str, queue_id: int) -> _Queue:
         q = self.queues.get((topic, queue_id))
         if q is None:
             q = self.queues[(topic, queue_id)] = _Queue(f"{topic}/{queue_id}", 0, -1, False)
@@ -105,13 +129,39 @@ class DispatchModel:
         """``CommitLogDispatcherBuildConsumeQueue.dispatch`` for one record."""
         if rec.sys_flag & TRANSACTION_TYPE_MASK not in _DISPATCHED_TYPES or rec.topic in self.batch_topics:
             return
-        self._queue(rec.topic, rec.queue_id).put(rec.offset, rec.size, rec.queue_offset)
+        self.queue(rec.topic, rec.queue_id).put(rec.offset, rec.size, rec.queue_offset)
         if _MULTI in rec.properties_raw:
             for name, qid, qoff in multi_dispatch_targets(rec.properties, rec.queue_id):
-                self._queue(name, qid).put(rec.offset, rec.size, qoff)
+                self.queue(name, qid).put(rec.offset, rec.size, qoff)
 
     def result(self) -> list[QueueRedispatch]:
         return sorted((q.out for q in self.queues.values() if q.out is not None), key=lambda r: r.queue)
+
+
+def redispatch_ranges(cl: CommitLog, start_index: int, end_offset: int, after: int) -> list[tuple[Segment, int]]:
+    """The (segment, walk end) pairs :func:`redispatch` walks: segment by segment from ``start_index`` up to
+    ``end_offset``, leaving out segments that end at or before ``after``."""
+    out = []
+    for seg in cl.segments[start_index:]:
+        if seg.start >= end_offset:
+            break
+        stop = min(seg.end, end_offset)
+        if stop > after:
+            out.append((seg, stop))
+    return out
+
+
+def dispatch_segment(model: DispatchModel, cl: CommitLog, seg: Segment, stop: int, after: int,
+                     use_mmap: bool = True) -> None:
+    """Feed ``model`` the records of ``seg`` before ``stop`` whose offset is greater than ``after``."""
+    walk = cl.walk(start=seg.start, end=stop, check_crc=False, read_body=False, use_mmap=use_mmap,
+                   max_record_size=WALK_MAX_RECORD_SIZE)
+    for rec in walk:
+        if isinstance(rec, Message):
+            if rec.offset > after:
+                model.dispatch(rec)
+        else:
+            break  # a BLANK: the rest of this file is not records
 
 
 def redispatch(cl: CommitLog, states: Iterable, *, start_index: int, end_offset: int, after: int = -1,
@@ -122,21 +172,10 @@ def redispatch(cl: CommitLog, states: Iterable, *, start_index: int, end_offset:
 
     ``states``: the queues after consume-queue recovery (``recovery.QueueState``).
     The walk is per segment up to the recovery end, so a BLANK the broker accepts (whatever its
-    size field says) never hides the next file's records.
+    size field says) never hides the next file's records. The pure reference; its compiled twin is
+    :func:`rmqdump.fast.redispatch.redispatch_fast` (column batches, identical results).
     """
     model = DispatchModel(states, batch_topics)
-    for seg in cl.segments[start_index:]:
-        if seg.start >= end_offset:
-            break
-        stop = min(seg.end, end_offset)
-        if stop <= after:
-            continue
-        walk = cl.walk(start=seg.start, end=stop, check_crc=False, read_body=False, use_mmap=use_mmap,
-                       max_record_size=(1 << 31) - 1)
-        for rec in walk:
-            if isinstance(rec, Message):
-                if rec.offset > after:
-                    model.dispatch(rec)
-            else:
-                break  # a BLANK: the rest of this file is not records
+    for seg, stop in redispatch_ranges(cl, start_index, end_offset, after):
+        dispatch_segment(model, cl, seg, stop, after, use_mmap)
     return model.result()

@@ -250,6 +250,16 @@ def _recovery_walker(enabled: bool, results: list[SegmentResult]):
     return partial(broker_walk_fast, summaries=summaries)
 
 
+def _recovery_redispatcher(enabled: bool):
+    """The compiled :func:`~rmqdump.broker.redispatch.redispatch` (column batches, identical results) where the
+    compiled recovery walk runs, or None for the pure one."""
+    if not enabled:
+        return None
+    from rmqdump.fast.redispatch import redispatch_fast
+
+    return redispatch_fast
+
+
 def _parallel_jobs(segments, use_mmap: bool) -> int:
     """Threads for the segment loop: all CPUs when every segment takes the compiled path."""
     if not use_mmap or len(segments) < 2 or not all(_fast_wanted(s.size) for s in segments):
@@ -399,11 +409,12 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
         # recovery prediction
         pred = None
         walker = _recovery_walker(use_mmap and _fast_wanted(total), results)
+        redispatcher = _recovery_redispatcher(walker is not None)
         try:
             pred, report.model_reason = predict_recovery_auto(
                 store, version, check_crc=check_crc, use_mmap=use_mmap, list_limit=list_limit,
                 queue_states=states if store_checks else None, cq_problems=cq_problems, previous_end=valid_end,
-                walker=walker)
+                walker=walker, redispatcher=redispatcher)
             version = pred.version
         except RmqdumpError as e:
             version = VERSION_49 if version == VERSION_AUTO else version
@@ -414,7 +425,8 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             try:
                 alt = predict_recovery(store, version=other, check_crc=check_crc, use_mmap=use_mmap,
                                        list_limit=0, queue_states=states if store_checks else None,
-                                       cq_problems=cq_problems, list_dropped=False, walker=walker)
+                                       cq_problems=cq_problems, list_dropped=False, walker=walker,
+                                       redispatcher=redispatcher)
                 report.version_notes = _version_notes(pred, alt)
             except RmqdumpError:
                 pass

@@ -116,7 +116,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
                      previous_end: int | None = None, list_dropped: bool = True,
                      cq_problems: list[CqProblem] | None = None, zero_last_ok: bool = False,
-                     walker: Callable[..., BrokerWalk] | None = None) -> RecoveryPrediction:
+                     walker: Callable[..., BrokerWalk] | None = None,
+                     redispatcher: Callable[..., list[QueueRedispatch]] | None = None) -> RecoveryPrediction:
     """Reproduce the broker's startup recovery on ``store`` (see the module docstring).
 
     ``previous_end`` (end of valid data as a plain walk sees it) only feeds the notes;
@@ -124,7 +125,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     queues twice;
     ``list_dropped=False`` skips the keep-going walk that lists the dropped records;
     ``zero_last_ok``: a zero-length last commitlog file does not stop the start (repair deletes it).
-    ``walker``: a drop-in for :func:`broker_walk` (verify passes its compiled walk).
+    ``walker``: a drop-in for :func:`broker_walk` (verify passes its compiled walk); ``redispatcher`` one for
+    :func:`~rmqdump.broker.redispatch.redispatch` (verify passes its compiled twin).
     """
     if version not in VERSIONS:
         raise ValueError(f"unknown broker version model {version!r}")
@@ -190,8 +192,9 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         from rmqdump.store.consumequeue import batch_cq_topics
 
         bcq = batch_cq_topics(store.root) if version == VERSION_53 and store.root is not None else frozenset()
-        pred.redispatched = redispatch(cl, queue_states, start_index=start, end_offset=walk.process_offset,
-                                       after=-1 if abnormal else max_phy_cq, batch_topics=bcq, use_mmap=use_mmap)
+        pred.redispatched = (redispatcher or redispatch)(
+            cl, queue_states, start_index=start, end_offset=walk.process_offset,
+            after=-1 if abnormal else max_phy_cq, batch_topics=bcq, use_mmap=use_mmap)
     if list_dropped:
         pred.dropped = dropped_records(cl, walk.process_offset, use_mmap=use_mmap, list_limit=list_limit)
     idx, idx_notes = index_deletions(store, checkpoint, abnormal)

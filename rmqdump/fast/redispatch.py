@@ -1,0 +1,230 @@
+"""Compiled twin of :func:`rmqdump.broker.redispatch.redispatch` (identical results).
+
+The pure reference builds a :class:`~rmqdump.codec.record.Message` per record and hands it to
+:class:`~rmqdump.broker.redispatch.DispatchModel`. Here the segments are walked by the compiled kernel
+(:class:`~rmqdump.fast.segment_walk.FastSegmentWalk`, CRC off, the broker's size limit) and each column
+batch is fed to the same model in bulk:
+
+* records to dispatch: sysflag NOT/COMMIT, offset past ``after``, topic not a BatchCQ topic;
+* each record's queue: topic bytes hashed per row (numpy), grouped exactly (a hash collision, or very long
+  topics, fall back to a dict of topic bytes), then (topic, queue id) pairs mapped to the model's queues;
+* LMQ multi-dispatch: only records whose properties are long enough to name targets and hold
+  ``INNER_MULTI_DISPATCH`` are decoded (a ``Message`` each) for :func:`multi_dispatch_targets`;
+* per queue, the puts in commitlog order: the prefix already built (``offset + size <= maxPhysicOffset``)
+  is skipped, the first put goes through :meth:`_Queue.put`, and a run whose queue offsets continue the write
+  position is appended in one :meth:`_Queue.put_run`; anything else (misplaced entries, gaps, a record put
+  twice into one queue) goes record by record through :meth:`_Queue.put`, the reference's own rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from rmqdump.broker.redispatch import (
+    _DISPATCHED_TYPES,
+    _MULTI,
+    MULTI_MIN_PROPERTIES,
+    WALK_MAX_RECORD_SIZE,
+    DispatchModel,
+    QueueRedispatch,
+    dispatch_segment,
+    redispatch,
+    redispatch_ranges,
+)
+from rmqdump.broker.systopics import multi_dispatch_targets
+from rmqdump.codec.layout import TRANSACTION_TYPE_MASK
+from rmqdump.errors import StoreError
+from rmqdump.fast.batch import BATCH_RECORDS
+from rmqdump.fast.engine import _numpy, fast_available, use_fast
+from rmqdump.fast.segment_walk import FastSegmentWalk
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rmqdump.fast.batch import RecordBatch
+    from rmqdump.store.commitlog import CommitLog
+
+_MAX_WORDS = 32  # topics up to 256 bytes are hashed as words; longer ones go through a dict
+_ALL = (1 << 64) - 1
+_PRIME = 0x100000001B3
+_SEED = 0xCBF29CE484222325
+
+
+def redispatch_fast(cl: CommitLog, states: Iterable, *, start_index: int, end_offset: int, after: int = -1,
+                    batch_topics: set[str] | frozenset[str] = frozenset(),
+                    use_mmap: bool = True, batch_records: int = BATCH_RECORDS) -> list[QueueRedispatch]:
+    """:func:`~rmqdump.broker.redispatch.redispatch` over column batches; the pure walk where the kernels
+    cannot run (no numba/numpy, ``use_mmap`` off, DLedger data files) or a file cannot be mapped.
+    ``batch_records``: records per column batch (tests use small batches)."""
+    ranges = redispatch_ranges(cl, start_index, end_offset, after)
+    if not use_mmap or not fast_available() or not use_fast(0, 0, segments=[s for s, _ in ranges]):
+        return redispatch(cl, states, start_index=start_index, end_offset=end_offset, after=after,
+                          batch_topics=batch_topics, use_mmap=use_mmap)
+    model = DispatchModel(states, batch_topics)
+    feed = _Feeder(model, after)
+    columns = None
+    for seg, stop in ranges:
+        try:
+            w = FastSegmentWalk(segment=seg, check_crc=False, end_offset=stop, max_record_size=WALK_MAX_RECORD_SIZE,
+                                batch_records=batch_records, columns=columns)
+        except StoreError:
+            w = None
+        if w is None or w.size != seg.size:  # the pure walk reports it in its own words
+            if w is not None:
+                w.close()
+            dispatch_segment(model, cl, seg, stop, after, use_mmap)
+            continue
+        columns = w.cols
+        with w:
+            for batch in w:
+                feed.batch(batch)
+    return model.result()
+
+
+class _Feeder:
+    """Column batches into a :class:`DispatchModel` (see the module docstring)."""
+
+    def __init__(self, model: DispatchModel, after: int):
+        self.model = model
+        self.after = after
+        self.np = _numpy()
+
+    def batch(self, b: RecordBatch) -> None:
+        np = self.np
+        offsets = b.offsets
+        tx = b["sys_flag"] & TRANSACTION_TYPE_MASK
+        keep = np.isin(tx, _DISPATCHED_TYPES)
+        if self.after >= 0:
+            keep &= offsets > self.after
+        rows = np.flatnonzero(keep)
+        if not rows.size:
+            return
+        qids = b["queue_id"][rows]
+        tids, raws = _topic_groups(b, rows)
+        # (topic, queue id) pairs -> the model's queues (-1: a BatchCQ topic, not dispatched)
+        pair = (tids.astype(np.int64) << 32) | (qids.astype(np.int64) & 0xFFFFFFFF)
+        upairs, pfirst, pinv = np.unique(pair, return_index=True, return_inverse=True)
+        pinv = pinv.reshape(-1)
+        queues: list = []
+        index: dict[int, int] = {}
+        pq = np.empty(upairs.size, np.int64)
+        topics = [raw.decode("utf-8", "replace") for raw in raws]
+        for p in range(upairs.size):
+            topic = topics[int(upairs[p]) >> 32]
+            if topic in self.model.batch_topics:
+                pq[p] = -1
+                continue
+            q = self.model.queue(topic, int(qids[pfirst[p]]))
+            pq[p] = index.setdefault(id(q), len(queues))
+            if pq[p] == len(queues):
+                queues.append(q)
+        qi = pq[pinv]
+        live = qi >= 0
+        rows, qi = rows[live], qi[live]
+        if not rows.size:
+            return
+        sizes = b["size"][rows].astype(np.int64)
+        qoffs = b["queue_offset"][rows]
+        offs = offsets[rows]
+        order = rows.astype(np.int64) << 16
+        extra = self._multi(b, rows, queues, index)
+        if extra:
+            e = np.array(extra, dtype=np.int64).reshape(-1, 5)
+            qi, offs, sizes, qoffs, order = (np.concatenate((a, e[:, k])) for k, a in
+                                             enumerate((qi, offs, sizes, qoffs, order)))
+        perm = np.lexsort((order, qi))
+        qi, offs, sizes, qoffs = qi[perm], offs[perm], sizes[perm], qoffs[perm]
+        cuts = np.flatnonzero(qi[1:] != qi[:-1]) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), qi.size], strict=True):
+            _put_all(queues[int(qi[lo])], offs[lo:hi], sizes[lo:hi], qoffs[lo:hi])
+
+    def _multi(self, b: RecordBatch, rows: np.ndarray, queues: list, index: dict[int, int]) -> list[tuple]:
+        """The extra puts of LMQ multi-dispatch: (queue index, offset, size, queue offset, order) rows."""
+        cand = rows[b["properties_length"][rows] >= MULTI_MIN_PROPERTIES]
+        if not cand.size:
+            return []
+        out: list[tuple] = []
+        for i in _holding(b, cand, _MULTI):
+            rec = b.message(int(i), read_body=False)
+            for j, (name, qid, qoff) in enumerate(multi_dispatch_targets(rec.properties, rec.queue_id)):
+                q = self.model.queue(name, qid)
+                k = index.setdefault(id(q), len(queues))
+                if k == len(queues):
+                    queues.append(q)
+                out.append((k, rec.offset, rec.size, qoff, (int(i) << 16) + 1 + j))
+        return out
+
+
+def _put_all(q, offs: np.ndarray, sizes: np.ndarray, qoffs: np.ndarray) -> None:
+    """One queue's puts, in commitlog order (see the module docstring)."""
+    np = _numpy()
+    ends = offs + sizes
+    if ends.size > 1 and not bool((ends[1:] > ends[:-1]).all()):  # one record put twice: the reference
+        for o, s, qo in zip(offs.tolist(), sizes.tolist(), qoffs.tolist(), strict=True):
+            q.put(o, s, qo)
+        return
+    k = int(np.searchsorted(ends, q.max_phy, side="right"))  # already built: skipped
+    if k == ends.size:
+        return
+    q.put(int(offs[k]), int(sizes[k]), int(qoffs[k]))
+    k += 1
+    n = ends.size - k
+    if not n:
+        return
+    if q.has_files and bool((qoffs[k:] == np.arange(q.write, q.write + n, dtype=np.int64)).all()):
+        q.put_run(n, offs[k:k + 100].tolist(), int(ends[-1]))
+        return
+    for o, s, qo in zip(offs[k:].tolist(), sizes[k:].tolist(), qoffs[k:].tolist(), strict=True):
+        q.put(o, s, qo)
+
+
+def _topic_groups(b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+    """Per row an index into the distinct topic byte strings of ``rows`` (and those strings)."""
+    np = _numpy()
+    starts = b["topic_start"][rows]
+    lens = np.maximum(b["topic_length"][rows], 0).astype(np.int64)
+    nwords = (int(lens.max()) + 7) // 8
+    size = int(b.buf.size)
+    if nwords <= _MAX_WORDS and size >= 8 and int(starts.max()) + 8 * nwords <= size:
+        # the topic as little-endian 8-byte words read in place (unaligned), bytes past its end masked off
+        words = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=b.buf, strides=(1,))
+        key = lens.astype(np.uint64) ^ np.uint64(_SEED)
+        cols = []
+        for k in range(nwords):
+            w = words[starts + 8 * k]
+            left = np.clip(lens - 8 * k, 0, 8).astype(np.uint64)
+            w &= np.where(left >= 8, np.uint64(_ALL), (np.uint64(1) << (left * np.uint64(8))) - np.uint64(1))
+            cols.append(w)
+            key = (key ^ w) * np.uint64(_PRIME)
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.reshape(-1)
+        rep = first[inv]
+        if bool((lens == lens[rep]).all()) and all(bool((w == w[rep]).all()) for w in cols):  # exact groups
+            return inv, [b.buf[starts[f]:starts[f] + lens[f]].tobytes() for f in first]
+    ids: dict[bytes, int] = {}
+    tids = np.empty(rows.size, np.int64)
+    for n, (s, ln) in enumerate(zip(starts.tolist(), lens.tolist(), strict=True)):
+        tids[n] = ids.setdefault(b.buf[s:s + ln].tobytes(), len(ids))
+    return tids, list(ids)
+
+
+def _holding(b: RecordBatch, rows: np.ndarray, needle: bytes) -> list[int]:
+    """The records among ``rows`` whose properties contain ``needle``."""
+    np = _numpy()
+    starts = b["properties_start"][rows]
+    lens = np.maximum(b["properties_length"][rows], 0).astype(np.int64)
+    bounds = np.zeros(rows.size + 1, np.int64)
+    np.cumsum(lens + 1, out=bounds[1:])  # one NUL after each: a match never spans two records
+    index = np.repeat(starts - bounds[:-1], lens + 1) + np.arange(int(bounds[-1]), dtype=np.int64)
+    np.minimum(index, b.buf.size - 1, out=index)
+    flat = b.buf[index]
+    flat[bounds[1:] - 1] = 0
+    text = flat.tobytes()
+    out = []
+    at = text.find(needle)
+    while at >= 0:
+        r = int(np.searchsorted(bounds, at, side="right")) - 1
+        out.append(int(rows[r]))
+        at = text.find(needle, int(bounds[r + 1]))
+    return out
