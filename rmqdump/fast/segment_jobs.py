@@ -1,5 +1,6 @@
 """Whole-segment jobs and parallelism: :func:`summarize_segment` (verify's per-segment step),
-:func:`verify_segments` (in threads: the kernel releases the GIL), :func:`default_jobs` and
+:func:`verify_segments` (in threads: the kernel releases the GIL; a large segment as several ranges when
+there are fewer segments than jobs), :func:`summarize_split`, :func:`default_jobs` and
 :func:`parallel_segment_map` (any picklable function, in processes)."""
 
 from __future__ import annotations
@@ -64,10 +65,16 @@ def summarize_segment(segment: Segment, start_pos: int = 0, check_crc: bool = Tr
 
 def verify_segments(segments: Sequence[Segment], *, jobs: int = 1, check_crc: bool = True,
                     start: int | None = None, end: int | None = None,
-                    max_record_size: int = MAX_RECORD_SIZE) -> list[SegmentSummary]:
+                    max_record_size: int = MAX_RECORD_SIZE, store_root: str | os.PathLike | None = None,
+                    split_min_bytes: int | None = None) -> list[SegmentSummary]:
     """:func:`summarize_segment` over every segment (from ``start``, up to ``end``), ``jobs`` at a
     time in threads (the kernel releases the GIL). Combine in order: the commitlog's valid data
-    ends at the first summary whose ``stop`` is an Invalid kind."""
+    ends at the first summary whose ``stop`` is an Invalid kind.
+
+    With fewer segments than ``jobs``, a segment of at least ``split_min_bytes`` (default
+    ``segment_split.SPLIT_MIN_BYTES``) is walked as several ranges at once and joined with proof
+    (:mod:`rmqdump.fast.segment_split`; split points from ``store_root``'s ConsumeQueue when given):
+    the summaries are the serial walk's."""
     segs = [s for s in segments if start is None or s.start + s.size > start]
     args = [(s, max(0, start - s.start) if start is not None else 0) for s in segs]
     backend()  # load once, before the threads start
@@ -75,12 +82,59 @@ def verify_segments(segments: Sequence[Segment], *, jobs: int = 1, check_crc: bo
     def one(a):
         return summarize_segment(a[0], a[1], check_crc, end, max_record_size)
 
-    if jobs <= 1 or len(args) <= 1:
+    if jobs <= 1 or not args:
         return [one(a) for a in args]
+    if len(args) >= jobs:
+        if len(args) == 1:
+            return [one(a) for a in args]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(jobs, len(args))) as ex:
+            return list(ex.map(one, args))
+    return _verify_split(args, jobs, check_crc, end, max_record_size, store_root, split_min_bytes)
+
+
+def summarize_split(segment: Segment, start_pos: int = 0, check_crc: bool = True, end_offset: int | None = None,
+                    max_record_size: int = MAX_RECORD_SIZE, *, k: int = 2, store_root: str | os.PathLike | None = None,
+                    min_bytes: int | None = None, prove: bool = True) -> SegmentSummary:
+    """:func:`summarize_segment` of one segment walked as ``k`` ranges in ``k`` threads and joined with
+    proof (:mod:`rmqdump.fast.segment_split`): the same summary as the serial walk's."""
+    return _verify_split([(segment, start_pos)], k, check_crc, end_offset, max_record_size, store_root,
+                         min_bytes, prove)[0]
+
+
+def _verify_split(args: list, jobs: int, check_crc: bool, end: int | None, max_record_size: int,
+                  store_root: str | os.PathLike | None, split_min_bytes: int | None,
+                  prove: bool = True) -> list[SegmentSummary]:
+    """Fewer segments than jobs: split each large one into ranges, walk all ranges in one pool, join."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(jobs, len(args))) as ex:
-        return list(ex.map(one, args))
+    from rmqdump.fast.segment_split import join_ranges, split_plan
+
+    k = -(-jobs // len(args))
+    plans = [split_plan(s, pos, k, end_offset=end, max_record_size=max_record_size, store_root=store_root,
+                        min_bytes=split_min_bytes) for s, pos in args]
+    tasks = [(s, r) for (s, _), plan in zip(args, plans, strict=True) for r in plan]
+
+    def walk(t):
+        try:
+            return summarize_segment(t[0], t[1][0], check_crc, t[1][1], max_record_size)
+        except Exception as e:  # noqa: BLE001 - raised by the join if the serial walk would reach it
+            return e
+
+    backend()
+    if len(tasks) == 1:
+        results = [walk(tasks[0])]
+    else:
+        with ThreadPoolExecutor(max_workers=min(jobs, len(tasks))) as ex:
+            results = list(ex.map(walk, tasks))
+    out, i = [], 0
+    for (seg, _), plan in zip(args, plans, strict=True):
+        part = results[i:i + len(plan)]
+        i += len(plan)
+        out.append(join_ranges(plan, part, lambda pos, e, seg=seg: summarize_segment(
+            seg, pos, check_crc, e, max_record_size), prove=prove))
+    return out
 
 
 def default_jobs() -> int:
