@@ -176,8 +176,8 @@ def plan_ranges(buf, seg_start: int, start_pos: int, k: int, *, end_offset: int 
         j = bisect.bisect_left(hint_list, target)
         if j < len(hint_list) and hint_list[j] < bound and plausible_header(buf, hint_list[j], max_record_size):
             cand = hint_list[j]
-        if cand is None:
-            cand = find_header(buf, target, bound, max_record_size)
+        if cand is None:  # a record is never longer than max_record_size: none within that = damage or zeros
+            cand = find_header(buf, target, min(bound, target + 2 * max_record_size), max_record_size)
         if cand is not None and starts[-1] < cand < stop:
             starts.append(cand)
     ends: list[int | None] = [seg_start + s for s in starts[1:]] + [end_offset]
