@@ -155,6 +155,16 @@ class IndexFile:
             for i, values in enumerate(INDEX_ENTRY.iter_unpack(data)):
                 yield IndexEntry(first + i, *values)
 
+    def mapped(self):
+        """A read-only mapping of the whole file (``mmap``; the caller closes it): the compiled index check
+        reads slots and entries in place."""
+        import mmap
+
+        try:
+            return mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot map: {exc}", self.path) from None
+
     def entry_time(self, entry: IndexEntry) -> int:
         """Reconstructed store time (ms): beginTimestamp + timeDiff·1000."""
         return self.header.begin_timestamp + entry.time_diff * 1000

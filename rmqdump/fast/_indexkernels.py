@@ -1,0 +1,372 @@
+"""Compiled (numba) kernels of verify's index-file check (:mod:`rmqdump.fast.indexjoin`). Importing this module
+imports numba (and the walk and rendering kernels, whose record decoder, property parser and Java hash it shares).
+
+* ``index_entries``: every entry of one index file against the record it points at, read in place from the
+  mapped commitlog segments (the walk's decoder on one record): a status byte per entry (``S_*`` in
+  :mod:`rmqdump.fast.indexjoin`) and the first and last entry that points at a message;
+* ``index_chains``: the slot chains, as ``index_checks`` walks them, as a log of events (kept per class up to a
+  bound) and counters;
+* ``index_reachable``: whether every chained entry is on the chain of its own slot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, cfunc, njit, types
+
+from rmqdump.codec.layout import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
+from rmqdump.fast._jsonkernels import _KEYS, _UNIQ, _find, _java_hash, _parse_props, _utf8_ok
+from rmqdump.fast._kernels import _DELAY, _SCHEDULE, CRC_TABLES, ld_be32, ld_be64, walk
+from rmqdump.fast._link import link_shared_library, pointer_intrinsic
+from rmqdump.fast.abi import DEFER
+from rmqdump.fast.indexabi import (
+    C_BLOCK,
+    C_CHAIN_SLOT,
+    C_CLASS_COUNT,
+    C_COUNT,
+    C_ENTRIES_START,
+    C_EV,
+    C_EV_CAP,
+    C_IDX,
+    C_IDX_SIZE,
+    C_KEEP,
+    C_N_SLOTS,
+    C_OUT,
+    C_OWN,
+    C_SLOTS_N,
+    E_BEGIN_TS,
+    E_BLOCK,
+    E_COUNT,
+    E_ENTRIES_START,
+    E_I0,
+    E_IDX,
+    E_IDX_SIZE,
+    E_MAX_RECORD,
+    E_MIN_OFF,
+    E_NSEG,
+    E_OUT,
+    E_PAGE_BUDGET,
+    E_RECOVERY_END,
+    E_SCRATCH,
+    E_SCRATCH_CAP,
+    E_SEG_ADDR,
+    E_SEG_END,
+    E_SEG_SIZE,
+    E_SEG_START,
+    E_STATUS,
+    E_VALID_END,
+    E_WALK_COLS,
+    EV_CYCLE,
+    EV_MERGE,
+    EV_ORDER,
+    EV_ORDER_SELF,
+    EV_SLOT_INVALID,
+    EV_SLOT_MISMATCH,
+    S_BEYOND,
+    S_DANGLING,
+    S_EXPIRED,
+    S_KEY,
+    S_PYTHON,
+    S_ROLLBACK,
+    S_TIME,
+)
+
+_M32 = 0xFFFFFFFF
+_p_u8, _p_i8, _p_i32 = pointer_intrinsic(types.uint8), pointer_intrinsic(types.int8), pointer_intrinsic(types.int32)
+_p_u32, _p_i64 = pointer_intrinsic(types.uint32), pointer_intrinsic(types.int64)
+_p_u64 = pointer_intrinsic(types.uint64)
+
+
+@njit(cache=True, nogil=True)
+def _key_hash(ht, buf, s, n):
+    """``index_key_hash(topic + "#" + key)`` from ``ht``, the unsigned 32-bit hash of ``topic#``, and the key's
+    bytes (valid UTF-8): hash(a + b) = hash(a) * 31**units(b) + hash(b), mod 2**32."""
+    hk = np.int64(_java_hash(buf, s, n)) & _M32
+    pw = np.uint64(1)
+    for j in range(s, s + n):
+        c = buf[j]
+        if c & 0xC0 != 0x80:  # a code point's first byte: one UTF-16 unit, two from 4-byte sequences
+            pw = (pw * np.uint64(31)) & np.uint64(_M32)
+            if c >= 0xF0:
+                pw = (pw * np.uint64(31)) & np.uint64(_M32)
+    h = np.int64((np.uint64(ht) * pw + np.uint64(hk)) & np.uint64(_M32))
+    if h >= 0x80000000:
+        h -= 0x100000000
+    if h == -0x80000000:
+        return np.int64(0)
+    return -h if h < 0 else h
+
+
+@njit(cache=True, nogil=True)
+def _key_found(buf, ts, tl, ps, pl, sc, key_hash):
+    """Whether ``key_hash`` is the index hash of ``topic#UNIQ_KEY`` or of ``topic#k`` for a key k of KEYS;
+    -1: the properties hold more pairs than ``sc`` (Python must look)."""
+    k = _parse_props(buf, ps, pl, sc)
+    if k < 0:
+        return -1
+    ht = np.int64(_java_hash(buf, ts, tl)) & _M32
+    ht = (ht * 31 + 35) & _M32  # '#'
+    q = _find(buf, sc, k, _UNIQ)
+    if q >= 0 and _key_hash(ht, buf, sc[q, 2], sc[q, 3]) == key_hash:
+        return 1
+    q = _find(buf, sc, k, _KEYS)
+    if q >= 0:
+        a = sc[q, 2]
+        e = a + sc[q, 3]
+        while a < e:
+            b = a
+            while b < e and buf[b] != 32:  # KEY_SEPARATOR; empty keys are dropped
+                b += 1
+            if b > a and _key_hash(ht, buf, a, b - a) == key_hash:
+                return 1
+            a = b + 1
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _message_status(buf, ts, tl, ps, pl, sc, kh, sys_flag):
+    """A message's status bits (key, rollback) or S_PYTHON (text that is not valid UTF-8, too many properties)."""
+    if not (_utf8_ok(buf, ts, tl) and _utf8_ok(buf, ps, pl)):
+        return S_PYTHON
+    found = _key_found(buf, ts, tl, ps, pl, sc, kh)
+    if found < 0:
+        return S_PYTHON
+    st = 0 if found else S_KEY
+    if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        st |= S_ROLLBACK
+    return st
+
+
+@njit(cache=True, nogil=True)
+def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, seg_addr, min_off, valid_end,
+                  recovery_end, begin_ts, max_record, page_budget, status, sc, cols, out):
+    """Status of entries i0 .. count-1 (see the module docs), stopping early once the records read span
+    ``page_budget`` commitlog pages. ``seg_end``: where ``CommitLog.segment_for`` stops counting an offset as
+    the segment's; ``seg_size``: the mapped bytes (``seg_addr`` 0: not mapped, Python decodes). ``out``: [0]
+    first message entry, [1] its store time, [2] last message entry, [3] its store time (-1: none; kept across
+    calls), [4] the next entry, [5] [6] the lowest and highest commitlog offset read."""
+    nseg = seg_start.size
+    stats = carray(_p_i64(cols[24]), (2,))
+    c_size = carray(_p_i32(cols[1]), (1,))
+    c_phys, c_sysflag = carray(_p_i64(cols[7]), (1,)), carray(_p_i32(cols[8]), (1,))
+    c_store_ts = carray(_p_i64(cols[12]), (1,))
+    c_topic_start, c_topic_len = carray(_p_i64(cols[19]), (1,)), carray(_p_i32(cols[20]), (1,))
+    c_props_start, c_props_len = carray(_p_i64(cols[21]), (1,)), carray(_p_i32(cols[22]), (1,))
+    pages = 0
+    last_page = -1
+    lo_off = np.int64(1) << 62
+    hi_off = np.int64(-1)
+    i = i0 - 1
+    while i + 1 < count and pages < page_budget:
+        i += 1
+        p = entries_start + 20 * i
+        kh = np.int64(ld_be32(idx, p))
+        phy = np.int64(ld_be64(idx, p + 4))
+        td = np.int64(ld_be32(idx, p + 12))
+        if phy < min_off:
+            status[i] = S_EXPIRED
+            continue
+        lo, hi, k = 0, nseg - 1, -1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if phy < seg_start[mid]:
+                hi = mid - 1
+            elif phy >= seg_end[mid]:
+                lo = mid + 1
+            else:
+                k = mid
+                break
+        if k < 0:
+            st = S_DANGLING
+        elif seg_addr[k] == 0:
+            status[i] = S_PYTHON
+            continue
+        else:
+            size = seg_size[k]
+            page = phy >> 12
+            if page != last_page:
+                pages += 1
+                last_page = page
+            lo_off = min(lo_off, phy)
+            hi_off = max(hi_off, phy + 8)
+            buf = carray(_p_u8(seg_addr[k]), (size,))
+            n, _, code = walk(
+                buf, phy - seg_start[k], size, size, max_record, False, 0, 0, 1, size + 1,
+                carray(_p_i64(cols[0]), (1,)), carray(_p_i32(cols[1]), (1,)), carray(_p_u32(cols[2]), (1,)),
+                carray(_p_i32(cols[3]), (1,)), carray(_p_i32(cols[4]), (1,)), carray(_p_i32(cols[5]), (1,)),
+                carray(_p_i64(cols[6]), (1,)), c_phys, c_sysflag, carray(_p_i64(cols[9]), (1,)),
+                carray(_p_u64(cols[10]), (1, 2)), carray(_p_i32(cols[11]), (1,)), c_store_ts,
+                carray(_p_u64(cols[13]), (1, 2)), carray(_p_i32(cols[14]), (1,)), carray(_p_i32(cols[15]), (1,)),
+                carray(_p_i64(cols[16]), (1,)), carray(_p_i32(cols[17]), (1,)), carray(_p_i64(cols[18]), (1,)),
+                c_topic_start, c_topic_len, c_props_start, c_props_len, carray(_p_i8(cols[23]), (1,)),
+                seg_start[k], stats, CRC_TABLES, _SCHEDULE, _DELAY)
+            if code == DEFER:  # the delay topic's DELAY property: the Python decoder judges it
+                st = S_PYTHON
+            elif n != 1:
+                st = S_DANGLING
+            else:
+                st = _message_status(buf, c_topic_start[0], np.int64(c_topic_len[0]), c_props_start[0],
+                                     np.int64(c_props_len[0]), sc, kh, c_sysflag[0])
+                if st != S_PYTHON and i > 1 and begin_ts > 0:
+                    d = c_store_ts[0] - begin_ts
+                    exp = min(d // 1000, 0x7FFFFFFF) if d > 0 else 0
+                    if td != exp:
+                        st |= S_TIME
+        if st == S_DANGLING and (phy >= valid_end or (recovery_end >= 0 and phy >= recovery_end)):
+            st = S_BEYOND
+        status[i] = st
+        if st & (S_DANGLING | S_BEYOND | S_PYTHON):
+            continue
+        store_ts = c_store_ts[0]
+        hi_off = max(hi_off, phy + c_size[0])
+        pages += (phy + c_size[0] - 1 >> 12) - page
+        last_page = phy + c_size[0] - 1 >> 12
+        if out[0] < 0:
+            out[0], out[1] = i, store_ts
+        out[2], out[3] = i, store_ts
+    out[4], out[5], out[6] = i + 1, lo_off, hi_off
+
+
+@njit(cache=True, nogil=True)
+def _event(ev, ev_n, cls_count, keep, cls, a, b, c):
+    if cls_count[cls] < keep and ev_n < ev.shape[0]:
+        ev[ev_n, 0], ev[ev_n, 1], ev[ev_n, 2], ev[ev_n, 3] = cls, a, b, c
+        ev_n += 1
+    cls_count[cls] += 1
+    return ev_n
+
+
+@njit(cache=True, nogil=True)
+def index_chains(idx, n_slots, slots_n, entries_start, count, chain_slot, keep, ev, cls_count, out):
+    """The slot chains as ``index_checks._chains_pure`` walks them. ``out``: [0] events kept, [1] slots in use,
+    [2] entries on no chain, [3] the first of them (-1: none)."""
+    for i in range(count):
+        chain_slot[i] = -1
+    ev_n = 0
+    used = 0
+    for s in range(n_slots):
+        head = np.int64(ld_be32(idx, 40 + 4 * s))
+        if head == 0:
+            continue
+        if head < 0 or head >= count:
+            ev_n = _event(ev, ev_n, cls_count, keep, EV_SLOT_INVALID, s, head, 0)
+            continue
+        used += 1
+        cur = head
+        seen = 0
+        while cur > 0:
+            cs = chain_slot[cur]
+            if cs == s:
+                ev_n = _event(ev, ev_n, cls_count, keep, EV_CYCLE, s, cur, 0)
+                break
+            if cs != -1:
+                ev_n = _event(ev, ev_n, cls_count, keep, EV_MERGE, cur, cs, s)
+                break
+            chain_slot[cur] = s
+            p = entries_start + 20 * cur
+            h = np.int64(ld_be32(idx, p))
+            r = h % slots_n
+            if r < 0:
+                r += slots_n
+            if r != s:
+                ev_n = _event(ev, ev_n, cls_count, keep, EV_SLOT_MISMATCH, cur, h, s)
+            prev = np.int64(ld_be32(idx, p + 16))
+            if prev == cur:
+                ev_n = _event(ev, ev_n, cls_count, keep, EV_ORDER_SELF, cur, prev, 0)
+                break
+            if prev >= cur or prev < 0 or prev >= count:
+                if prev != 0:
+                    ev_n = _event(ev, ev_n, cls_count, keep, EV_ORDER, cur, prev, 0)
+                break
+            cur = prev
+            seen += 1
+            if seen > count:
+                break
+    first = -1
+    unreachable = 0
+    for i in range(1, count):
+        if chain_slot[i] == -1:
+            if first < 0:
+                first = i
+            unreachable += 1
+    out[0], out[1], out[2], out[3] = ev_n, used, unreachable, first
+
+
+@njit(cache=True, nogil=True)
+def index_reachable(idx, n_slots, entries_start, count, chain_slot, own):
+    """``index_checks._own_slot_reachable`` (the same work bound)."""
+    budget = 4 * count + n_slots
+    for i in range(count):
+        own[i] = 0
+    for s in range(n_slots):
+        head = np.int64(ld_be32(idx, 40 + 4 * s))
+        cur = head if 0 < head < count else 0
+        while cur > 0:
+            budget -= 1
+            if budget < 0:
+                return 0
+            p = entries_start + 20 * cur
+            r = np.int64(ld_be32(idx, p)) % n_slots
+            if r < 0:
+                r += n_slots
+            if r == s:
+                own[cur] = 1
+            prev = np.int64(ld_be32(idx, p + 16))
+            if prev >= cur or prev < 0:
+                break
+            cur = prev
+    for i in range(1, count):
+        if chain_slot[i] != -1 and own[i] == 0:
+            return 0
+    return 1
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def entries_c(a):
+    """``index_entries`` over raw pointers (the E_* argument block)."""
+    nseg = a[E_NSEG]
+    count = a[E_COUNT]
+    index_entries(
+        carray(_p_u8(a[E_IDX]), (a[E_IDX_SIZE],)), a[E_ENTRIES_START], a[E_I0], count,
+        carray(_p_i64(a[E_SEG_START]), (nseg,)), carray(_p_i64(a[E_SEG_END]), (nseg,)),
+        carray(_p_i64(a[E_SEG_SIZE]), (nseg,)), carray(_p_i64(a[E_SEG_ADDR]), (nseg,)), a[E_MIN_OFF],
+        a[E_VALID_END], a[E_RECOVERY_END], a[E_BEGIN_TS], a[E_MAX_RECORD], a[E_PAGE_BUDGET], carray(_p_u8(a[E_STATUS]), (count,)),
+        carray(_p_i64(a[E_SCRATCH]), (a[E_SCRATCH_CAP], 4)), carray(_p_i64(a[E_WALK_COLS]), (25,)),
+        carray(_p_i64(a[E_OUT]), (8,)))
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def chains_c(a):
+    """``index_chains`` (C_OWN 0) or ``index_reachable`` (C_OWN: its scratch; the answer in out[0])
+    over raw pointers (the C_* argument block)."""
+    count = a[C_COUNT]
+    idx = carray(_p_u8(a[C_IDX]), (a[C_IDX_SIZE],))
+    chain_slot = carray(_p_i32(a[C_CHAIN_SLOT]), (count,))
+    out = carray(_p_i64(a[C_OUT]), (4,))
+    if a[C_OWN] != 0:
+        out[0] = index_reachable(idx, a[C_N_SLOTS], a[C_ENTRIES_START], count, chain_slot,
+                                 carray(_p_u8(a[C_OWN]), (count,)))
+    else:
+        index_chains(idx, a[C_N_SLOTS], a[C_SLOTS_N], a[C_ENTRIES_START], count, chain_slot, a[C_KEEP],
+                     carray(_p_i64(a[C_EV]), (a[C_EV_CAP], 4)), carray(_p_i64(a[C_CLASS_COUNT]), (8,)), out)
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def info_c(a):
+    """a[0] <- the E_* block size, a[1] <- the C_* block size this build expects."""
+    a[0] = E_BLOCK
+    a[1] = C_BLOCK
+
+
+ENTRY_POINTS = {"rmqdump_index_entries": entries_c, "rmqdump_index_chains": chains_c, "rmqdump_index_info": info_c}
+
+
+def build_shared_library(path: str, cc: str = "cc") -> None:
+    """Link the entry points into ``path`` (see :mod:`rmqdump.fast._link`)."""
+    link_shared_library(ENTRY_POINTS, path, cc, "indexjoin")
+
+
+if __name__ == "__main__":  # python -m rmqdump.fast._indexkernels OUTPUT.so [CC]
+    import sys
+
+    build_shared_library(sys.argv[1], *(sys.argv[2:3] or ["cc"]))
