@@ -213,3 +213,23 @@ def test_small_segment_not_split(tmp_path):
     assert len(ss.split_plan(seg, 0, 4, min_bytes=len(data) + 1)) == 1
     assert len(ss.split_plan(seg, 0, 4, min_bytes=1)) == 4
     assert ss.SPLIT_MIN_BYTES >= 64 << 20
+
+
+def test_record_spanning_several_split_points(tmp_path):
+    """One long record holds three split points (hidden headers): the walk that starts before it passes all
+    three, and the join re-walks on from where that record really ends."""
+    data, starts = image(32 * 1024, fill=0.3)
+    pos = starts[-1] + struct.unpack_from(">i", data, starts[-1])[0]
+    big = _rec(len(starts), pos, (bytes(200) + _fake()) * 40)
+    tail, _ = image(16 * 1024, fill=1.0, seed=5)
+    data = data[:pos] + big + tail  # the tail's records are valid (their PHYSICALOFFSET fields mismatch)
+    seg = segment(tmp_path, data)
+    hidden = [data.find(_fake()[:8], pos + 8 + n * 4000) for n in (1, 2, 3)]
+    assert len(set(hidden)) == 3 and all(pos < h < pos + len(big) for h in hidden)
+    ranges = list(zip([0, *hidden], [*hidden, None], strict=True))
+    res = [summarize_segment(seg, s, True, e) for s, e in ranges]
+    rewalk = lambda p, e: summarize_segment(seg, p, True, e)  # noqa: E731
+    want = summarize_segment(seg)
+    assert want.records > len(starts) + 1  # the walk got past the long record
+    assert ss.join_ranges(ranges, res, rewalk) == want
+    assert ss.join_ranges(ranges, res, rewalk, prove=False) != want

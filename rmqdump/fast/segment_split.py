@@ -200,8 +200,8 @@ def join_ranges(ranges: Sequence[Range], results: Sequence[SegmentSummary | Base
             raise res
         parts.append(res)
         last = i == len(ranges) - 1
-        if not last and prove and (res.stop != "limit" or res.stop_pos < ranges[i + 1][0]):
-            break  # the serial walk ends here (a stop before the split point: damage, blank, end)
+        if not last and prove and res.stop != "limit":
+            break  # the serial walk ends here, before the split point (damage, zeros, blank, end)
         cursor = res.stop_pos
     return merge_summaries(parts)
 
