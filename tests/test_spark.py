@@ -483,6 +483,52 @@ def test_paths_uris_and_broker_names(spark, tmp_path, monkeypatch):
     assert {r["store"] for r in read_export(tmp_path / "out")} == {str(a)} and out.rows == n
 
 
+def test_broker_names_given_per_store(spark, tmp_path):
+    """Names per store (the `brokers` option, --store-name NAME=PATH) in the data sources, stats, export,
+    verify and lookup; one name for two stores, or a path that is not a store given, is a one-line error."""
+    from pyspark.sql import functions as F
+
+    a, b = (Path(shutil.copytree(FIXTURE, tmp_path / "x" / h / "root" / "store")) for h in ("host1", "host2"))
+    names = json.dumps({str(a): "broker-a", f"file://{b}": "broker-b"})
+    df = spark.read.format("rocketmq").option("brokers", names).load([str(a), str(b)])
+    assert {r["broker"]: r["store"] for r in df.select("broker", "store").distinct().collect()} == {
+        "broker-a": str(a), "broker-b": str(b)}
+    assert df.where(F.col("broker") == "broker-b").rdd.getNumPartitions() == 4  # pruned by the given name
+    cq = spark.read.format("rocketmq_cq").option("brokers", json.dumps({str(a): "broker-a"})).load([str(a), str(b)])
+    assert sorted(r["broker"] for r in cq.select("broker").distinct().collect()) == ["broker-a", "host2/root"]
+    given = ["--store-name", f"broker-a={a}", "--store-name", f"broker-b={os.path.relpath(b)}"]
+    res = CliRunner().invoke(cli, ["spark", "stats", str(a), str(b), *given, "--by", "broker", "-f", "jsonl", "-q"])
+    assert res.exit_code == 0, res.output
+    n = len(scan_rows(FIXTURE))
+    assert [(r["broker"], r["records"]) for r in map(json.loads, res.stdout.splitlines())] == [
+        ("broker-a", n), ("broker-b", n)]
+    res = CliRunner().invoke(cli, ["spark", "export", str(a), str(b), *given, "--out", str(tmp_path / "out"),
+                                   "--partition-by", "broker", "-q"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == ["broker=broker-a", "broker=broker-b"]
+    assert {r["broker"] for r in read_export(tmp_path / "out")} == {"broker-a", "broker-b"}
+    res = CliRunner().invoke(cli, ["spark", "verify", str(a), str(b), *given, "-f", "jsonl", "-q"])
+    assert res.exit_code == 0, res.output
+    assert [(d["broker"], d["store"]) for d in map(json.loads, res.stdout.splitlines())] == [
+        ("broker-a", str(a)), ("broker-b", str(b))]
+    res = CliRunner().invoke(cli, ["spark", "lookup", str(a), str(b), *given, "--key", "key-1", "-f", "jsonl", "-q"])
+    assert {json.loads(line)["broker"] for line in res.stdout.splitlines()} == {"broker-a", "broker-b"}
+    # one name for two stores (given twice, or given and the other's default), a path that is not a store
+    for bad, why in ((["--store-name", f"same={a}", "--store-name", f"same={b}"], "names two stores"),
+                     (["--store-name", f"host2/root={a}"], "names two stores"),
+                     (["--store-name", f"c={tmp_path}"], "not one of the stores")):
+        res = CliRunner().invoke(cli, ["spark", "stats", str(a), str(b), *bad, "-q"])
+        assert res.exit_code == 2 and res.stdout == "" and res.stderr.count("\n") == 1, res.output
+        assert res.stderr.startswith("rmqdump: error: --store-name: ") and why in res.stderr
+    res = CliRunner().invoke(cli, ["spark", "stats", str(a), "--store-name", str(a), "-q"])
+    assert res.exit_code == 2 and "expected NAME=PATH" in res.stderr
+    with pytest.raises(Exception, match="broker name 'same' names two stores"):
+        spark.read.format("rocketmq").option("brokers", json.dumps({str(a): "same", str(b): "same"})).load(
+            [str(a), str(b)]).count()
+    with pytest.raises(Exception, match="option brokers: expected a JSON object"):
+        spark.read.format("rocketmq_index").option("brokers", "broker-a").load(str(a)).count()
+
+
 def test_pushdown_reader_only_for_the_pushdown_planner():
     """Spark plans with pushdown in pyspark/sql/worker/data_source_pushdown_filters.py (it calls pushFilters)
     and without in plan_data_source_read.py (it refuses a reader implementing pushFilters)."""

@@ -50,11 +50,32 @@ stores_argument = click.argument("stores", nargs=-1, required=True, type=click.P
                                  metavar="STORE...", callback=_expand_stores)
 
 spark_options = compose(
+    click.option("--store-name", "store_name", multiple=True, metavar="NAME=PATH",
+                 help="Broker name of the store at PATH (one of the STOREs; repeatable). Default: from the path, "
+                      "made unique (host1/root, host2/root)."),
     click.option("--master", default=None, metavar="URL",
                  help="Spark master: local[*] (default), local[N], spark://host:7077, yarn, k8s://... "
                       "Under spark-submit its --master is used."),
     click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="Extra Spark setting (repeatable)."),
 )
+
+
+def _store_names(stores: list[str], items) -> dict[str, str]:
+    """--store-name NAME=PATH items as store path -> broker name, checked against STOREs (before any session)."""
+    from rmqdump.errors import RmqdumpError
+    from rmqdump.spark.plumbing import store_names
+
+    given: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name.strip() or not path:
+            raise click.BadParameter(f"expected NAME=PATH, got {item!r}", param_hint="--store-name")
+        given[path] = name.strip()
+    try:
+        store_names(stores, given)  # unknown paths, duplicate names: one line, exit 2
+    except RmqdumpError as e:
+        raise RmqdumpError(f"--store-name: {e}") from None
+    return given
 
 
 def _parse_conf(items) -> dict[str, str]:
@@ -127,7 +148,8 @@ def spark() -> None:
 @spark_options
 @access_options
 def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, queue_id, tag, key, since, until,
-               body_contains, body_regex, crc, keep_going, as_json, quiet, master, conf, no_mmap, max_message_size):
+               body_contains, body_regex, crc, keep_going, as_json, quiet, store_name, master, conf, no_mmap,
+               max_message_size):
     """Export the records of every STORE to Parquet (or JSONL) files under --out, one task per segment.
 
     Same columns and directory naming as `rmqdump export`; a _SUCCESS file marks a complete
@@ -139,6 +161,7 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
 
     cols = parse_partition_by(partition_by)
     out = local_path(out, "export directory")  # s3a://, hdfs://: refused (one line, exit 2)
+    names = _store_names(stores, store_name)
     check_output(out, partitioned=True, stores=stores)  # before paying for a session
     flt = make_filter(topic, queue_id, tag, key, since, until, body_contains, body_regex)
     opts = read_options(body, decompress, flt, crc, keep_going, no_mmap, max_message_size)
@@ -148,7 +171,8 @@ def export_cmd(stores, out, partition_by, body, decompress, file_format, topic, 
     from rmqdump.spark import jobs
 
     with _task_progress("exporting", not quiet) as progress:
-        res = jobs.export(session, list(stores), out, partition_by=cols, fmt=file_format, progress=progress, **opts)
+        res = jobs.export(session, list(stores), out, partition_by=cols, fmt=file_format, progress=progress,
+                          brokers=names, **opts)
     dt = time.perf_counter() - t1
     summary = {"rows": res.rows, "segments": res.segments, "files": len(res.files), "input_bytes": res.input_bytes,
                "output_bytes": res.output_bytes, "seconds": round(dt, 3), "session_seconds": round(t1 - t0, 3),
@@ -177,7 +201,7 @@ STATS_COLUMNS = ("records", "bytes", "body_bytes", "first_offset", "end_offset",
 @output_options
 @spark_options
 @access_options
-def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_size):
+def stats_cmd(stores, by, topic, fmt, quiet, store_name, master, conf, no_mmap, max_message_size):
     """Record counts and bytes of every STORE per broker/topic/queue/hour (or --by).
 
     Each segment is walked past damage, as `rmqdump stats` does; damage is reported on
@@ -187,11 +211,12 @@ def stats_cmd(stores, by, topic, fmt, quiet, master, conf, no_mmap, max_message_
 
     keys = tuple(k.strip() for k in by.split(",") if k.strip())
     fmt = default_format(fmt)
+    names = _store_names(stores, store_name)
     session = _session(master, conf, quiet)
     from rmqdump.spark import jobs
 
     options = {"topic": ",".join(topic) if topic else None, "useMmap": not no_mmap,
-               "maxRecordSize": record_size_limit(max_message_size)}
+               "maxRecordSize": record_size_limit(max_message_size), "brokers": names}
     damage: list[dict] = []
     with _task_progress("counting", not quiet) as progress:
         rows = jobs.stats(session, list(stores), by=keys, progress=progress, damage=damage, **options)
@@ -224,8 +249,8 @@ LOOKUP_EXTRA = ("broker", "store", "crc_ok")
 @body_decoder_options
 @spark_options
 @access_options
-def lookup_cmd(stores, key, topic, since, until, limit, force_scan, fmt, quiet, body_mode, decompress, master, conf,
-               no_mmap, max_message_size):
+def lookup_cmd(stores, key, topic, since, until, limit, force_scan, fmt, quiet, body_mode, decompress, store_name,
+               master, conf, no_mmap, max_message_size):
     """Find messages by key across every STORE at once (one task per store), like `rmqdump lookup --key`.
 
     Prints the scan JSONL schema plus broker, store and crc_ok; each store's hits newest
@@ -237,13 +262,14 @@ def lookup_cmd(stores, key, topic, since, until, limit, force_scan, fmt, quiet, 
     fmt = default_format(fmt)
     decoder = resolve_body_decoder(body_mode, fmt)
     lo, hi = parse_window(since, until)
+    names = _store_names(stores, store_name)
     session = _session(master, conf, quiet)
     from rmqdump.spark import jobs
 
     with _task_progress("looking up", not quiet) as progress:
         rep = jobs.lookup(session, list(stores), key, topic=topic, begin=lo, end=hi, max_num=limit,
                           force_scan=force_scan, include_body=decoder.needs_body, decompress=decompress,
-                          use_mmap=not no_mmap, progress=progress)
+                          use_mmap=not no_mmap, progress=progress, brokers=names)
     table = [("broker", "BROKER", 14), ("offset", "OFFSET", 12), ("topic", "TOPIC", 24), ("queue_id", "Q", 3),
              ("queue_offset", "QOFF", 6), ("store_time", "STORE TIME (UTC)", 29), ("keys", "KEYS", 24),
              ("body", "BODY", 30)]
@@ -278,11 +304,12 @@ def lookup_cmd(stores, key, topic, since, until, limit, force_scan, fmt, quiet, 
 @spark_options
 @access_options
 def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels, list_limit, max_findings, fmt, quiet,
-               master, conf, no_mmap, max_message_size):
+               store_name, master, conf, no_mmap, max_message_size):
     """`rmqdump verify` of every STORE on Spark: the same report and findings, per store.
 
     Record checks run one task per segment, ConsumeQueue <-> commitlog is a DataFrame join,
     the store checks (recovery prediction, index, checkpoint, config) one task per store.
+    Each document starts with the store's broker name (`broker`, see --store-name);
     json prints one document for one store and a list for several; jsonl one line per store.
     Exit 0 clean, 1 errors found in any store.
     """
@@ -292,6 +319,7 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
     fmt = default_format(fmt, report=True)
     if fmt == "csv":
         raise click.BadParameter("verify prints documents: use table, json or jsonl", param_hint="--format")
+    names = _store_names(stores, store_name)
     session = _session(master, conf, quiet)
     from rmqdump.spark import jobs
 
@@ -299,19 +327,20 @@ def verify_cmd(stores, keep_going, broker_version, commitlog_only, delay_levels,
         verdicts = jobs.verify(session, list(stores), keep_going=keep_going, use_mmap=not no_mmap,
                                max_record_size=record_size_limit(max_message_size),
                                version=broker_version, store_checks=not commitlog_only, delay_levels_ms=delay_levels,
-                               list_limit=list_limit, max_findings_per_kind=max_findings, progress=progress)
-    docs = [v.document for v in verdicts]
+                               list_limit=list_limit, max_findings_per_kind=max_findings, progress=progress,
+                               brokers=names)
+    docs = [{"broker": v.broker, **v.document} for v in verdicts]
     if fmt == "json" and len(docs) > 1:
         sys.stdout.write(json.dumps(docs, ensure_ascii=False, indent=2) + "\n")
     else:
         for doc in docs:
-            if fmt == "table" and len(docs) > 1:
-                stdout_console().rule(doc["store"])
+            if fmt == "table" and (len(docs) > 1 or names):
+                stdout_console().rule(f"{doc['broker']}: {doc['store']}")
             emit_document(doc, fmt, render_report)
     if not quiet and fmt != "table":
         for doc in docs:
             s = doc["summary"]
-            diag(f"{doc['store']}: {s['status']}: {s['errors']} errors, {s['warnings']} warnings, {s['infos']} info; "
+            diag(f"{doc['broker']} ({doc['store']}): {s['status']}: {s['errors']} errors, {s['warnings']} warnings, {s['infos']} info; "
                  f"predicted commitlog end {s['predicted_max_offset']}", "red" if s["errors"] else None)
     code = max((v.exit_code for v in verdicts), default=0)
     if code:

@@ -9,7 +9,8 @@ per segment, read as Arrow record batches (:data:`SOURCE_SCHEMA`: the record sch
 :data:`rmqdump.rows.arrow.RECORD_SCHEMA` plus ``_corrupt_record``). Options (:data:`RECORD_OPTIONS`,
 anything else is an error): ``includeBody`` (false), ``decompress`` (false), ``topic`` (comma-separated),
 ``key``, ``queueId``, ``crc`` (check | flag | off), ``keepGoing`` (false), ``useMmap`` (true),
-``maxRecordSize``, ``batchSize``, ``broker`` (name for a single store), ``mode``
+``maxRecordSize``, ``batchSize``, ``broker`` (name for a single store), ``brokers`` (a JSON object
+``{"store path": "broker name"}``: names per store, the others keep names from their paths), ``mode``
 (PERMISSIVE | DROPMALFORMED | FAILFAST, as Spark's file sources: damage is a row whose
 ``_corrupt_record`` says where and why, is dropped, or fails the query).
 ``fromOffset`` / ``toOffset`` (records at offsets in [from, to)), ``prune`` (true: skip segments no row
@@ -21,6 +22,7 @@ re-applies every filter either way.
 ``rocketmq_cq``: ConsumeQueue entries and BatchConsumeQueue units (:data:`rmqdump.spark.queues.QUEUE_SCHEMA`),
 one partition per queue; option ``raw`` (every unit instead of the broker's recovered view).
 ``rocketmq_index``: index-file entries (:data:`rmqdump.rows.arrow.INDEX_SCHEMA`), one partition per file.
+Both also take ``broker`` / ``brokers``.
 
 Paths are store roots (or commitlog directories / segment files for ``rocketmq``); executors
 must see them at the same paths.
@@ -32,6 +34,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -42,7 +45,7 @@ from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.errors import FormatError, RmqdumpError
 from rmqdump.rows import arrow as rarrow
 from rmqdump.rows.filters import RecordFilter
-from rmqdump.spark.plumbing import expand_paths
+from rmqdump.spark.plumbing import expand_paths, store_names
 from rmqdump.spark.pruning import Pruning
 from rmqdump.spark.queues import QUEUE_SCHEMA, queue_splits, read_queue
 
@@ -59,9 +62,9 @@ _FALSE = ("false", "0", "no", "off")
 
 #: ``format("rocketmq")`` options (``path``/``paths`` come from ``load()``).
 RECORD_OPTIONS = ("includeBody", "decompress", "topic", "key", "queueId", "crc", "keepGoing", "useMmap",
-                  "maxRecordSize", "batchSize", "broker", "mode", "fromOffset", "toOffset", "prune")
-CQ_OPTIONS = ("raw",)
-INDEX_OPTIONS: tuple[str, ...] = ()
+                  "maxRecordSize", "batchSize", "broker", "brokers", "mode", "fromOffset", "toOffset", "prune")
+CQ_OPTIONS = ("raw", "broker", "brokers")
+INDEX_OPTIONS = ("broker", "brokers")
 MODES = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 CORRUPT_COLUMN = "_corrupt_record"
 #: The ``rocketmq`` rows: the record schema and ``_corrupt_record`` (null on records; on a damage row the
@@ -132,6 +135,32 @@ def load_paths(options: Mapping[str, str]) -> list[str]:
     return expand_paths(out)
 
 
+def broker_map(options: Mapping[str, str], paths: list[str]) -> dict[str, str]:
+    """Broker name of each store: from its path, or from the ``broker`` (one store) / ``brokers`` (a JSON
+    object, store path -> name) options; names must be unique (:func:`rmqdump.spark.plumbing.store_names`)."""
+    options = _opts(options)
+    given: dict[str, str] = {}
+    raw = options.get("brokers")
+    if raw not in (None, ""):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+            raise RmqdumpError(f'option brokers: expected a JSON object {{"store path": "broker name", ...}}, '
+                               f"got {str(raw)[:80]!r}")
+        given.update(value)
+    broker = options.get("broker")
+    if broker:
+        if len(paths) != 1:
+            raise RmqdumpError("option broker names a single store; name several with the brokers option "
+                               '(a JSON object {"store path": "broker name", ...})')
+        if given:
+            raise RmqdumpError("give either option broker or option brokers, not both")
+        given[paths[0]] = broker
+    return store_names(paths, given)
+
+
 def spark_schema(schema) -> StructType:
     """A pyarrow schema as a Spark StructType."""
     return from_arrow_schema(schema)
@@ -198,10 +227,7 @@ class RocketMQReader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
         self.options = options
         self.paths = load_paths(options)
-        broker = options.get("broker")
-        if broker and len(self.paths) != 1:
-            raise RmqdumpError("option broker names a single store; with several paths the directory names are used")
-        self.brokers = {self.paths[0]: broker} if broker else None
+        self.brokers = broker_map(options, self.paths)
         self.topics = _list(options, "topic")
         self.keys = _list(options, "key")
         self.queue_id = _int(options, "queueId", None)
@@ -367,9 +393,10 @@ class ConsumeQueueReader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
         self.paths = load_paths(options)
         self.raw = _bool(options, "raw", False)
+        self.brokers = broker_map(options, self.paths)
 
     def partitions(self) -> list[InputPartition]:
-        return [_Split(s) for s in queue_splits(self.paths)]
+        return [_Split(replace(s, broker=self.brokers[s.store])) for s in queue_splits(self.paths)]
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, _Split):
@@ -398,9 +425,10 @@ class IndexDataSource(DataSource):
 class IndexReader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
         self.paths = load_paths(options)
+        self.brokers = broker_map(options, self.paths)
 
     def partitions(self) -> list[InputPartition]:
-        return [_Split(s) for s in rarrow.index_splits(self.paths)]
+        return [_Split(replace(s, broker=self.brokers[s.store])) for s in rarrow.index_splits(self.paths)]
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, _Split):

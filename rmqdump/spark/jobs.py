@@ -15,7 +15,7 @@ import functools
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from rmqdump.spark.plumbing import (  # noqa: F401
     expand_paths,
     local_path,
     spark_errors,
+    store_names,
     track,
 )
 
@@ -54,9 +55,12 @@ def _as_list(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str
 
 
 def records(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], **options):
-    """``spark.read.format("rocketmq")`` with options given as keywords (``includeBody=True`` ...)."""
+    """``spark.read.format("rocketmq")`` with options given as keywords (``includeBody=True`` ...; ``brokers``
+    as a dict: store path -> broker name)."""
     reader = spark.read.format("rocketmq")
     for k, v in options.items():
+        if isinstance(v, Mapping):
+            v = json.dumps({os.fspath(p): n for p, n in v.items()}) if v else None
         if v is not None:
             reader = reader.option(k, str(v).lower() if isinstance(v, bool) else str(v))
     return reader.load(_as_list(paths))
@@ -141,7 +145,8 @@ def _prepare_kernels(spark, splits: Sequence[rarrow.SegmentSplit]) -> None:
 def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: str | os.PathLike, *,
            partition_by: str | Sequence[str] = (), fmt: str = "parquet", compression: str = "zstd",
            batch_size: int = rarrow.DEFAULT_BATCH_SIZE, progress: Progress | None = None,
-           task_stats: list[dict] | None = None, **read_options) -> ExportResult:
+           task_stats: list[dict] | None = None, brokers: Mapping[str, str] | None = None,
+           **read_options) -> ExportResult:
     """Export every segment of every store to ``out`` (a new or empty directory), one task per segment.
 
     Output: ``part-<split>-<segment>.parquet`` files, or with ``partition_by`` the same Hive
@@ -150,7 +155,8 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
     ``decompress``, ``flt``, ``crc``, ``keep_going``, ``use_mmap``, ``max_record_size``).
     Executors must see the stores and ``out`` at the same paths (local disk, NFS, ...).
     ``task_stats``: a list that receives one dict per segment task (rows, bytes, seconds,
-    cpu_seconds of the Python worker, threads, pid), in segment order.
+    cpu_seconds of the Python worker, threads, pid), in segment order. ``brokers``: broker names of
+    stores (path -> name) instead of those from their paths (:func:`rmqdump.spark.plumbing.store_names`).
 
     Each task keeps one core busy (``spark.task.cpus`` more if set); when there are fewer
     segments than the session has cores, each task also encodes Parquet on a second thread.
@@ -162,7 +168,7 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
 
     for s in stores:
         check_segment_file(s)  # a file given as a store must be a segment: one-line error, as scan
-    splits = rarrow.segment_splits(stores)
+    splits = rarrow.segment_splits(stores, store_names(stores, brokers))
     target = prepare_output(out, partitioned=True, stores=stores)
     result = ExportResult()
     if splits:
@@ -280,12 +286,14 @@ def export_throughput_in_subprocess(master: str, paths: str | os.PathLike | Sequ
 def verify(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, keep_going: bool = False,
            check_crc: bool = True, use_mmap: bool = True, max_record_size: int | None = None, version: str = "auto",
            store_checks: bool = True, delay_levels_ms: list[int] | None = None, list_limit: int = 10000,
-           max_findings_per_kind: int = 1000, progress: Progress | None = None) -> list:
+           max_findings_per_kind: int = 1000, progress: Progress | None = None,
+           brokers: Mapping[str, str] | None = None) -> list:
     """``rmqdump verify`` of every store: a :class:`rmqdump.spark.verify.StoreVerdict` per store, in order.
 
     Record checks run one task per segment, ConsumeQueue <-> commitlog as a DataFrame join,
     the store checks one task per store; the documents equal ``verify_store(...).to_dict()``
-    (see :mod:`rmqdump.spark.verify`).
+    (see :mod:`rmqdump.spark.verify`); each verdict's ``broker`` is the store's broker name (``brokers``:
+    path -> name, else from the path).
     """
     from rmqdump.spark.verify import VerifyOptions
     from rmqdump.spark.verify import verify as run
@@ -294,7 +302,12 @@ def verify(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], *, kee
                          max_record_size=max_record_size or MAX_RECORD_SIZE, version=version,
                          store_checks=store_checks, delay_levels_ms=delay_levels_ms, list_limit=list_limit,
                          max_findings_per_kind=max_findings_per_kind)
-    return run(spark, _as_list(paths), opts, progress)
+    stores = _as_list(paths)
+    names = store_names(stores, brokers)
+    verdicts = run(spark, stores, opts, progress)
+    for p, v in zip(stores, verdicts, strict=True):
+        v.broker = names[p]
+    return verdicts
 
 
 # --- stats --------------------------------------------------------------------------------------
@@ -409,22 +422,22 @@ def _lookup_task(key: str, topic: str | None, begin: int | None, end: int | None
 def lookup(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], key: str, *, topic: str | None = None,
            begin: int | None = None, end: int | None = None, max_num: int | None = None, force_scan: bool = False,
            include_body: bool = False, decompress: bool = False, use_mmap: bool = True,
-           progress: Progress | None = None) -> LookupReport:
+           progress: Progress | None = None, brokers: Mapping[str, str] | None = None) -> LookupReport:
     """Messages whose KEYS element or UNIQ_KEY is ``key`` (in ``topic``) across many stores, one task per store.
 
     Each store is searched like ``rmqdump lookup --key`` (index first, the uncovered commitlog
-    walked, every hit confirmed); ``force_scan`` walks every commitlog instead.
+    walked, every hit confirmed); ``force_scan`` walks every commitlog instead. ``brokers``: path -> name.
     """
     if not key:
         raise RmqdumpError("empty key")
     stores = _as_list(paths)
+    names = store_names(stores, brokers)
     for p in stores:
         if not os.path.exists(p):
             raise StoreError("no such file or directory", p)
     task = functools.partial(_lookup_task, key, topic, begin, end, max_num, force_scan, include_body, decompress,
                              use_mmap)
     with track(spark, f"rmqdump lookup in {len(stores)} store(s)", progress):
-        names = rarrow.broker_names(stores)
         items = [(i, p, names[p]) for i, p in enumerate(stores)]
         outcomes = _parallelize(spark, items).mapPartitions(task).collect()
     report = LookupReport()

@@ -6,7 +6,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from urllib.parse import unquote, urlparse
 
@@ -52,6 +52,31 @@ def expand_paths(paths, what: str = "store") -> list[str]:
         else:
             out.append(lp)
     return list(dict.fromkeys(out))
+
+
+def store_names(paths: list[str], given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Broker names of the stores ``paths`` (absolute, as :func:`expand_paths` gives them): the unique
+    defaults from the paths (:func:`rmqdump.rows.arrow.broker_names`), replaced where ``given`` (store path,
+    ``file:`` URI or relative path -> name) names a store. A given path that is not one of ``paths``, an
+    empty name, or one name for two stores is an error."""
+    from rmqdump.rows.arrow import broker_names
+
+    names = broker_names(paths)
+    for path, name in (given or {}).items():
+        key = local_path(path)
+        if key not in names:
+            raise RmqdumpError(f"{path}: a broker name is given for a path that is not one of the stores "
+                               f"(give the store path as it is loaded)")
+        if not isinstance(name, str) or not name.strip():
+            raise RmqdumpError(f"{path}: empty broker name")
+        names[key] = name.strip()
+    seen: dict[str, str] = {}
+    for path, name in names.items():
+        if name in seen:
+            raise RmqdumpError(f"broker name {name!r} names two stores ({seen[name]} and {path}): "
+                               f"give each store its own name")
+        seen[name] = path
+    return names
 
 
 _REMOTE_ERROR = re.compile(r"rmqdump\.errors\.(\w+Error): (.*)")

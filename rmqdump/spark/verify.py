@@ -159,6 +159,7 @@ class StoreVerdict:
     document: dict
     exit_code: int
     reverified_segments: int = 0
+    broker: str = ""  # the store's broker name (set by :func:`rmqdump.spark.jobs.verify`)
 
 
 def _injected(segment_results: dict[int, object], remote_kwargs: dict[int, dict], replay: list[int],
