@@ -114,7 +114,8 @@ def check_index(root: Path, cl: CommitLog, cache: RecordCache, *, valid_end: int
             add(ERROR, "index_file_size", label, e.offset, e.message)
             continue
         with f:
-            fast = cache.use_mmap and use_fast(f.index_count * INDEX_SIZE, threshold=_FAST_INDEX_BYTES)
+            fast = cache.use_mmap and use_fast(f.index_count * INDEX_SIZE, threshold=_FAST_INDEX_BYTES,
+                                               segments=cl.segments)  # DLedger data files: the pure path
             info = _check_one_index(f, label, n == 0, cl, cache, add, valid_end, recovery_end, fast)
             infos.append(info)
     return add.out, infos
