@@ -72,3 +72,48 @@ def test_build_session_adds_to_spark_defaults(tmp_path):
     assert got["executor"].endswith(" -Dexec.flag=1") and "log4j2" not in got["executor"]
     assert got["ui"] == "true" and got["shuffle"] == "13"
     assert got["tz"] == "UTC"
+
+
+PLAIN_FIRST = """\
+import json, sys
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+from rmqdump.cli import cli
+plain = SparkSession.builder.master("local[1]").appName("plain").getOrCreate()  # as the README example does
+out = {"python": plain.sparkContext.pythonExec}
+for name, args in (("stats", ["spark", "stats", "fixtures/store", "--by", "topic", "-f", "jsonl", "-q"]),
+                   ("export", ["spark", "export", "fixtures/store", "--out", sys.argv[1], "-q"])):
+    res = CliRunner().invoke(cli, args)
+    out[name] = {"exit": res.exit_code, "stdout": res.stdout, "stderr": res.stderr[-1500:]}
+out["same_session"] = SparkSession.getActiveSession() is plain
+print(json.dumps(out))
+"""
+
+
+def test_cli_in_a_process_with_a_plain_session_running(tmp_path):
+    """A plain SparkSession created first (its Python workers: `python3` from PATH, which cannot import
+    rmqdump), then `rmqdump spark stats` / `export` in the same process: build_session reuses the session
+    and runs its Python side (data source planning, the export's tasks) with rmqdump's interpreter."""
+    pytest.importorskip("pyspark")
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no Java runtime for Spark")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python3", "python"):
+        (fake / name).write_text("#!/bin/sh\necho 'not the rmqdump interpreter' >&2\nexit 3\n")
+        (fake / name).chmod(0o755)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV", "PYSPARK_GATEWAY_PORT")}
+    env["PATH"] = os.pathsep.join((str(fake), os.path.dirname(os.path.realpath(java)), "/usr/bin", "/bin"))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-c", PLAIN_FIRST, str(tmp_path / "out")], cwd=repo, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert got["python"] == "python3" and got["same_session"]
+    assert got["stats"]["exit"] == 0, got["stats"]["stderr"]
+    topics = {json.loads(line)["topic"]: json.loads(line)["records"] for line in got["stats"]["stdout"].splitlines()}
+    assert topics.get("TopicTest", 0) > 0
+    assert got["export"]["exit"] == 0, got["export"]["stderr"]
+    assert (tmp_path / "out" / "_SUCCESS").exists() and any((tmp_path / "out").glob("*.parquet"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -155,12 +157,42 @@ def _launch_quiet_gateway(settings: Mapping[str, str]) -> None:
     SparkContext._ensure_initialized(gateway=gateway)
 
 
+def can_import_rmqdump(python: str) -> bool:
+    """Whether the interpreter ``python`` (a path, or a name looked up on PATH as Spark does) imports
+    rmqdump and pyarrow: this interpreter does; another one is asked."""
+    found = shutil.which(python) or python
+    if os.path.abspath(found) == os.path.abspath(sys.executable):
+        return True
+    try:
+        run = subprocess.run([found, "-c", "import rmqdump, pyarrow"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return run.returncode == 0
+
+
+def adopt_running_context() -> None:
+    """A SparkContext started before :func:`build_session` (a plain ``SparkSession.builder.getOrCreate()``
+    in the same process) runs Python workers with the interpreter it was started with (``PYSPARK_PYTHON`` /
+    ``spark.pyspark.python`` then, else ``python3`` from PATH), which may lack rmqdump. On a local master
+    (workers on this machine) such a session's Python side is pointed at this interpreter; on a cluster its
+    setting is the cluster's business and is kept."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    if sc is None or not str(sc.master).startswith("local"):
+        return
+    if not can_import_rmqdump(sc.pythonExec):
+        sc.pythonExec = sys.executable
+
+
 def build_session(master: str | None = None, app_name: str = "rmqdump", conf: Mapping[str, str] | None = None,
                   log_level: str = "ERROR") -> SparkSession:
     """Get or create a SparkSession with the rmqdump data sources registered.
 
     ``master`` defaults to ``local[*]``, except under spark-submit, whose ``--master`` is kept.
-    Settings of an already running session (e.g. the master) cannot change.
+    Settings of an already running session (e.g. the master) cannot change; its Python workers are
+    made able to import rmqdump (:func:`adopt_running_context`).
     """
     from pyspark.sql import SparkSession
 
@@ -179,6 +211,7 @@ def build_session(master: str | None = None, app_name: str = "rmqdump", conf: Ma
     for k, v in settings.items():
         builder = builder.config(k, v)
     _launch_quiet_gateway({"spark.app.name": app_name, **({"spark.master": master} if master else {}), **settings})
+    adopt_running_context()
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     register_data_sources(spark)
