@@ -32,7 +32,9 @@ from rmqdump.store.consumequeue.reader import _iter_file_units
 _NO_LIMIT = (1 << 62)
 #: commitlog bytes per window of consume-queue entries (64 MiB: ~0.7 M entries of 100-byte records, ~14 MB)
 WINDOW_BYTES = 64 << 20
-#: entries read at a time while a window is extended, and per block of the out-of-window cache
+#: at most this many entries are read at a time while a window is extended (about 1.25 x what the queue's
+#: last window took; what lies past the window is kept for the next one), and per block of the out-of-window
+#: cache
 READ_UNITS = 1 << 16
 BLOCK_UNITS = 1024
 CACHE_BLOCKS = 64
@@ -66,6 +68,8 @@ class _ColumnQueue(_Queue):
         self.phys, self.sizes, self.tags = _Column(self, 0), _Column(self, 1), _Column(self, 2)
         self.lo = self.hi = 0  # the window: entries lo..hi-1, at `at` of the join's columns
         self.k = self.at = 0
+        self.ahead = None  # entries read past the last window (phys, sizes, tags), from `hi` on
+        self.took = 0  # entries the last window took: the next read's size
         self.join: CqJoin | None = None
         self.cache: OrderedDict = OrderedDict()
 
@@ -91,12 +95,12 @@ class _ColumnQueue(_Queue):
             stop = min(cq.file_size, end * CQ_STORE_UNIT_SIZE - f.start)
             for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, begin - f.start, stop):
                 units = np.frombuffer(chunk, dt)
-                i = (f.start + pos) // CQ_STORE_UNIT_SIZE - self.base - lo + np.arange(units.size, dtype=np.int64)
-                keep = (i >= 0) & (i < hi - lo)
-                i = i[keep]
-                phys[i] = units["phys"][keep]
-                sizes[i] = units["size"][keep]
-                tags[i] = units["tags"][keep]
+                i = (f.start + pos) // CQ_STORE_UNIT_SIZE - self.base - lo  # where the chunk's first unit goes
+                a, z = max(0, -i), min(units.size, hi - lo - i)
+                if z > a:
+                    phys[i + a:i + z] = units["phys"][a:z]
+                    sizes[i + a:i + z] = units["size"][a:z]
+                    tags[i + a:i + z] = units["tags"][a:z]
             if stop < cq.file_size:
                 break  # this file holds the queue's end (or this read's)
         return phys, sizes, tags
@@ -148,16 +152,25 @@ class FastCqChecker(CqChecker):
         for q in self.jq:
             lo = hi = q.hi
             cols = []
+            used = 0
             while hi < q.n:
-                phys, sizes, tags = q.read(hi, min(q.n, hi + READ_UNITS))
+                ahead, q.ahead = q.ahead, None
+                if ahead is None:  # read about what the last window took (each entry is read once)
+                    units = min(READ_UNITS, max(BLOCK_UNITS, q.took + q.took // 4))
+                    ahead = q.read(hi, min(q.n, hi + units))
+                phys, sizes, tags = ahead
                 below = np.flatnonzero(phys < b)
                 if not below.size:
+                    q.ahead = ahead
                     break
                 last = int(below[-1]) + 1
                 cols.append((phys[:last], sizes[:last], tags[:last]))
                 hi += last
+                used += last
                 if last < phys.size:
+                    q.ahead = (phys[last:], sizes[last:], tags[last:])  # the next window's first entries
                     break
+            q.took = used
             q.lo, q.hi = lo, hi
             if hi > lo:
                 parts.append((q.k, lo, hi, *(np.concatenate(c) for c in zip(*cols, strict=True))))
