@@ -135,3 +135,19 @@ def test_export_parquet_awkward(monkeypatch, tmp_path, awkward_store, args):  # 
     got = _export(monkeypatch, tmp_path, True, awkward_store, "parquet", args)
     assert got[:3] == want[:3]
     assert pq.read_table(got[3]).equals(pq.read_table(want[3]))
+
+
+def test_export_never_replaces_a_device_or_fifo(tmp_path, monkeypatch):
+    """--overwrite replaces a file, never a FIFO or a device (the finished file is renamed over the output:
+    `--to /dev/null --overwrite` as root replaced /dev/null with a regular file)."""
+    import os
+    import stat
+
+    fifo = tmp_path / "out.jsonl"
+    os.mkfifo(fifo)
+    for fast in ("0", "1"):
+        monkeypatch.setenv("RMQDUMP_FAST", fast)
+        res = CliRunner().invoke(cli, ["export", str(STORES[0]), "--to", str(fifo), "--overwrite", "-q"])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), res.output
+        assert "not a regular file" in res.stderr
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

@@ -403,8 +403,14 @@ def _strings(off: np.ndarray, data: np.ndarray, n: int, valid: np.ndarray | None
     bitmap = None
     if valid is not None and not valid.all():
         bitmap = pa.py_buffer(np.packbits(valid.astype(bool), bitorder="little"))
-    return pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(off[:n + 1]),
-                                                  pa.py_buffer(data[:int(off[n])] if n else data[:0])])
+    return pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(_used(off, n + 1)),
+                                                  pa.py_buffer(_used(data, int(off[n]) if n else 0))])
+
+
+def _used(a: np.ndarray, m: int) -> np.ndarray:
+    """``a[:m]``, copied when that is under half of ``a``: the kernel's output areas are sized for the worst
+    case (a property area per column), and a view would keep all of it alive as long as the Arrow array."""
+    return a[:m].copy() if 2 * m < a.shape[0] else a[:m]
 
 
 def derive(rb: RecordBatch) -> Derived:

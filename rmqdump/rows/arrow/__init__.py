@@ -52,7 +52,7 @@ from rmqdump.store.dledger.files import is_dledger_segment
 from rmqdump.store.root import Store
 
 __all__ = ["CRC_MODES", "COLUMNS", "CQ_SCHEMA", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_BATCH_BYTES", "INDEX_SCHEMA",
-           "FastSplitWalk", "LINEAGE_FIELDS", "READ_AHEAD_BYTES", "RECORD_SCHEMA", "IndexSplit", "QueueSplit", "SegmentReport",
+           "FastSplitWalk", "LINEAGE_FIELDS", "READ_AHEAD_BYTES", "RECORD_SCHEMA", "WALK_BATCH_BYTES", "IndexSplit", "QueueSplit", "SegmentReport",
            "SegmentSplit", "broker_name", "broker_names", "empty_batch", "fast_split_applies", "index_splits", "iter_splits", "messages_batch",
            "queue_splits", "read_index", "read_queue", "read_split", "record_batches", "segment_splits"]
 
@@ -164,36 +164,40 @@ def _fast_usable(split: SegmentSplit, fast: bool | None) -> bool:
 
 #: Segments from this size are walked on a second thread while the first builds columns.
 READ_AHEAD_BYTES = 64 * 1024 * 1024
+#: The span of one compiled walk batch here: its mapped pages stay resident until the caller is done with it,
+#: and the read-ahead walk keeps at most two batches walked (the caller's and the next one).
+WALK_BATCH_BYTES = 8 * 1024 * 1024
 
 
-def _read_ahead(walk, depth: int = 1) -> Iterator:
+def _read_ahead(walk, ahead: int = 1) -> Iterator:
     """The batches of a fastwalk segment walk, walked (and CRC-checked) on a helper thread up to
-    ``depth`` batches ahead: the kernels release the GIL, so the walk and the column building
-    overlap. The batches are copies (the walk reuses its column arrays)."""
+    ``ahead`` batches before the one the caller holds (it starts the next walk only once the caller
+    has come back for the next batch, so at most ``ahead + 1`` batches' pages are resident): the
+    kernels release the GIL, so the walk and the column building overlap. The batches are copies
+    (the walk reuses its column arrays)."""
     import queue
     import threading
 
-    q: queue.Queue = queue.Queue(maxsize=depth)
+    q: queue.Queue = queue.Queue()
+    slots = threading.Semaphore(ahead + 1)
     stop = threading.Event()
     done = object()
 
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
     def run() -> None:
         try:
-            for rb in walk:
-                if not put(rb.copy()):
+            it = iter(walk)
+            while True:
+                while not slots.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
                     return
-            put(done)
+                rb = next(it, done)
+                q.put(done if rb is done else rb.copy())
+                if rb is done:
+                    return
         except BaseException as e:  # re-raised on the consumer's thread
-            put(e)
+            q.put(e)
 
     t = threading.Thread(target=run, name="rmqdump-walk", daemon=True)
     t.start()
@@ -205,6 +209,7 @@ def _read_ahead(walk, depth: int = 1) -> Iterator:
             if isinstance(item, BaseException):
                 raise item
             yield item
+            slots.release()  # the caller is done with that batch (and has dropped its pages)
     finally:
         stop.set()
         t.join()
@@ -226,7 +231,7 @@ class FastSplitWalk:
         # drop them from the mapping (they would fault back in and stay: RSS grew to the segment's size); this
         # walk drops them once the caller is done with them
         self.walk = fastwalk.walk_segment_fast(self.seg, check_crc=crc == "check", max_record_size=max_record_size,
-                                               release_pages=not self.ahead)
+                                               batch_bytes=WALK_BATCH_BYTES, release_pages=not self.ahead)
 
     def __iter__(self) -> Iterator:
         walk = self.walk

@@ -68,6 +68,18 @@ class _FastContext:
         self.delay = delay_levels_ms
         self.flags: dict[int, tuple[str, str]] = {}
         self.body_errors = BodyErrors()  # bodies that would not decompress (exported as stored)
+        self._repeats: dict[tuple[str | None, int], pa.Array] = {}
+
+    def repeat(self, value: str | None, n: int) -> pa.Array:
+        """``value`` ``n`` times as a string array, one array per value and length for the split: the batches
+        share it (its bytes are held once, not once per batch of a row group, and built once)."""
+        key = (value, n)
+        arr = self._repeats.get(key)
+        if arr is None:
+            if len(self._repeats) >= 32:
+                self._repeats.clear()
+            arr = self._repeats[key] = pa.repeat(pa.scalar(value, pa.string()), n)
+        return arr
 
     def flag_columns(self, sys_flag) -> tuple[pa.Array, pa.Array]:
         """The transaction and compression names of every row."""
@@ -77,7 +89,7 @@ class _FastContext:
         first = int(sys_flag[0]) if n else 0
         if n and (sys_flag == first).all():  # the usual case: one sysflag in the whole batch
             tx, comp = self._names(first)
-            return pa.repeat(pa.scalar(tx, pa.string()), n), pa.repeat(pa.scalar(comp, pa.string()), n)
+            return self.repeat(tx, n), self.repeat(comp, n)
         uniq, inverse = np.unique(sys_flag, return_inverse=True)
         names = [self._names(f) for f in uniq.tolist()]
         idx = pa.array(inverse.ravel())
@@ -125,7 +137,7 @@ def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool
     tx, comp = ctx.flag_columns(sys_flag)
     v2 = c["magic"] == MESSAGE_MAGIC_CODE_V2
     if v2.all() or not v2.any():
-        magic = pa.repeat(pa.scalar("v2" if n and v2[0] else "v1", pa.string()), n)
+        magic = ctx.repeat("v2" if n and v2[0] else "v1", n)
     else:
         magic = pa.array(["v1", "v2"], pa.string()).take(pa.array(v2.astype(np.int8)))
     body = _gather(rb, "body") if include_body else pa.nulls(n, pa.binary())
@@ -140,7 +152,7 @@ def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool
     crc_flag = c["crc_ok"]
     split = ctx.split
     cols = {
-        "offset": pa.array(c["file_pos"] + rb.seg_start), "file": pa.repeat(pa.scalar(rb.file, pa.string()), n),
+        "offset": pa.array(c["file_pos"] + rb.seg_start), "file": ctx.repeat(rb.file, n),
         "file_pos": pa.array(c["file_pos"].copy()), "size": pa.array(c["size"].copy()), "magic": magic,
         "body_crc": pa.array(c["body_crc"].copy()), "queue_id": pa.array(c["queue_id"].copy()),
         "flag": pa.array(c["flag"].copy()), "queue_offset": pa.array(c["queue_offset"].copy()),
@@ -152,9 +164,8 @@ def _fast_columns(rb, d, ctx: _FastContext, include_body: bool, decompress: bool
         "properties": properties, "keys": keys, "tags": tags, "uniq_key": uniq,
         "msg_id": d.msg_id,
         "tags_code": pa.array(tag_codes, pa.int64(), mask=tag_null), "body_length": pa.array(c["body_length"].copy()),
-        "body": body, "broker": pa.repeat(pa.scalar(split.broker, pa.string()), n),
-        "store": pa.repeat(pa.scalar(split.store, pa.string()), n),
-        "segment": pa.repeat(pa.scalar(split.path, pa.string()), n),
+        "body": body, "broker": ctx.repeat(split.broker, n), "store": ctx.repeat(split.store, n),
+        "segment": ctx.repeat(split.path, n),
         "crc_ok": pa.array(np.ones(n, dtype=bool), mask=crc_flag == 0),
         "store_time": pa.array(np.where(ts_ok, ts * 1000, 0), _LINEAGE_TYPES["store_time"], mask=~ts_ok),
     }
