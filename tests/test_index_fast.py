@@ -51,6 +51,10 @@ def _phy(root):  # phyOffset of entry 4: into the middle of its record
     _flip(root / IDX, ENTRIES + 20 * 4 + 11, 0x01)
 
 
+def _phy_back(root):  # entry 10 points back at entry 2's record (out of the climbing order)
+    patch(root / IDX, ENTRIES + 20 * 10 + 4, struct.pack(">q", entry(root, 2).phy_offset))
+
+
 def _phy_far(root):  # phyOffset of the last entry: far past the commitlog
     with IndexFile(root / IDX) as f:
         last = f.index_count - 1
@@ -98,8 +102,9 @@ def _hash_time(root):  # entry 5 disagrees on its key and its time, every other 
     _time(root)
 
 
-DAMAGE = {"clean": None, "hash_time": _hash_time, "hash": _hash, "phy": _phy, "phy_far": _phy_far, "slot": _slot, "slot_link": _slot_link,
-          "prev": _prev, "time": _time, "record_zeroed": _record_zeroed, "truncated": _truncated}
+DAMAGE = {"clean": None, "hash_time": _hash_time, "hash": _hash, "phy": _phy, "phy_back": _phy_back,
+          "phy_far": _phy_far, "slot": _slot, "slot_link": _slot_link, "prev": _prev, "time": _time,
+          "record_zeroed": _record_zeroed, "truncated": _truncated}
 EXPECTED = {"hash": "index_key_mismatch", "phy": "index_entry_dangling", "phy_far": "index_entry_beyond_end",
             "slot": "index_slot_invalid", "slot_link": "index_chain_irregular", "prev": "index_chain_order",
             "time": "index_time_mismatch"}

@@ -34,6 +34,7 @@ from rmqdump.fast.indexabi import (
     C_OUT,
     C_OWN,
     C_SLOTS_N,
+    DENSE_BYTES,
     E_BEGIN_TS,
     E_BLOCK,
     E_COUNT,
@@ -56,6 +57,7 @@ from rmqdump.fast.indexabi import (
     E_STATUS,
     E_VALID_END,
     E_WALK_COLS,
+    E_WIN,
     EV_CYCLE,
     EV_MERGE,
     EV_ORDER,
@@ -138,24 +140,46 @@ def _message_status(buf, ts, tl, ps, pl, sc, kh, sys_flag):
 
 
 @njit(cache=True, nogil=True)
+def _window_end(idx, entries_start, i, count, phy, seg_lo, size, win):
+    """Where a walk from entry i's record should stop: after the record of the last of the next entries (up to
+    ``win`` offsets) that climb in the same segment no sparser than ``DENSE_BYTES`` per offset."""
+    last = phy
+    taken = 1
+    j = i + 1
+    while j < count and taken < win:
+        pj = np.int64(ld_be64(idx, entries_start + 20 * j + 4))
+        if pj < last or pj - seg_lo >= size or pj - phy > DENSE_BYTES * taken:
+            break
+        if pj != last:
+            taken += 1
+            last = pj
+        j += 1
+    return last - seg_lo + 1
+
+
+@njit(cache=True, nogil=True)
 def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, seg_addr, min_off, valid_end,
-                  recovery_end, begin_ts, max_record, page_budget, status, sc, cols, out):
+                  recovery_end, begin_ts, max_record, page_budget, win, status, sc, cols, out):
     """Status of entries i0 .. count-1 (see the module docs), stopping early once the records read span
     ``page_budget`` commitlog pages. ``seg_end``: where ``CommitLog.segment_for`` stops counting an offset as
     the segment's; ``seg_size``: the mapped bytes (``seg_addr`` 0: not mapped, Python decodes). ``out``: [0]
     first message entry, [1] its store time, [2] last message entry, [3] its store time (-1: none; kept across
-    calls), [4] the next entry, [5] [6] the lowest and highest commitlog offset read."""
+    calls), [4] the next entry, [5] [6] the lowest and highest commitlog offset read.
+
+    One walk call decodes the records of a run of climbing entries (``win`` rows in ``cols``): a row is exactly
+    what a walk started at its own position decodes (the walk's checks of a record read only that record), so an
+    entry's record is a message iff it is a row; an entry between rows starts a walk of its own."""
     nseg = seg_start.size
     stats = carray(_p_i64(cols[24]), (2,))
-    c_size = carray(_p_i32(cols[1]), (1,))
-    c_phys, c_sysflag = carray(_p_i64(cols[7]), (1,)), carray(_p_i32(cols[8]), (1,))
-    c_store_ts = carray(_p_i64(cols[12]), (1,))
-    c_topic_start, c_topic_len = carray(_p_i64(cols[19]), (1,)), carray(_p_i32(cols[20]), (1,))
-    c_props_start, c_props_len = carray(_p_i64(cols[21]), (1,)), carray(_p_i32(cols[22]), (1,))
+    c_pos, c_size = carray(_p_i64(cols[0]), (win,)), carray(_p_i32(cols[1]), (win,))
+    c_sysflag, c_store_ts = carray(_p_i32(cols[8]), (win,)), carray(_p_i64(cols[12]), (win,))
+    c_topic_start, c_topic_len = carray(_p_i64(cols[19]), (win,)), carray(_p_i32(cols[20]), (win,))
+    c_props_start, c_props_len = carray(_p_i64(cols[21]), (win,)), carray(_p_i32(cols[22]), (win,))
     pages = 0
-    last_page = -1
     lo_off = np.int64(1) << 62
     hi_off = np.int64(-1)
+    win_seg = -1
+    win_n = 0
     i = i0 - 1
     while i + 1 < count and pages < page_budget:
         i += 1
@@ -163,6 +187,7 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
         kh = np.int64(ld_be32(idx, p))
         phy = np.int64(ld_be64(idx, p + 4))
         td = np.int64(ld_be32(idx, p + 12))
+        row = -1
         if phy < min_off:
             status[i] = S_EXPIRED
             continue
@@ -183,32 +208,46 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
             continue
         else:
             size = seg_size[k]
-            page = phy >> 12
-            if page != last_page:
-                pages += 1
-                last_page = page
-            lo_off = min(lo_off, phy)
-            hi_off = max(hi_off, phy + 8)
             buf = carray(_p_u8(seg_addr[k]), (size,))
-            n, _, code = walk(
-                buf, phy - seg_start[k], size, size, max_record, False, 0, 0, 1, size + 1,
-                carray(_p_i64(cols[0]), (1,)), carray(_p_i32(cols[1]), (1,)), carray(_p_u32(cols[2]), (1,)),
-                carray(_p_i32(cols[3]), (1,)), carray(_p_i32(cols[4]), (1,)), carray(_p_i32(cols[5]), (1,)),
-                carray(_p_i64(cols[6]), (1,)), c_phys, c_sysflag, carray(_p_i64(cols[9]), (1,)),
-                carray(_p_u64(cols[10]), (1, 2)), carray(_p_i32(cols[11]), (1,)), c_store_ts,
-                carray(_p_u64(cols[13]), (1, 2)), carray(_p_i32(cols[14]), (1,)), carray(_p_i32(cols[15]), (1,)),
-                carray(_p_i64(cols[16]), (1,)), carray(_p_i32(cols[17]), (1,)), carray(_p_i64(cols[18]), (1,)),
-                c_topic_start, c_topic_len, c_props_start, c_props_len, carray(_p_i8(cols[23]), (1,)),
-                seg_start[k], stats, CRC_TABLES, _SCHEDULE, _DELAY)
-            if code == DEFER:  # the delay topic's DELAY property: the Python decoder judges it
-                st = S_PYTHON
-            elif n != 1:
-                st = S_DANGLING
+            pos = phy - seg_start[k]
+            if win_seg == k and win_n > 0 and c_pos[0] <= pos <= c_pos[win_n - 1]:
+                lo, hi = 0, win_n - 1
+                while lo <= hi:
+                    mid = (lo + hi) // 2
+                    if pos < c_pos[mid]:
+                        hi = mid - 1
+                    elif pos > c_pos[mid]:
+                        lo = mid + 1
+                    else:
+                        row = mid
+                        break
+            code = 0
+            if row < 0:
+                lim = _window_end(idx, entries_start, i, count, phy, seg_start[k], size, win)
+                win_n, end, code = walk(
+                    buf, pos, size, size, max_record, False, 0, 0, win, lim,
+                    c_pos, c_size, carray(_p_u32(cols[2]), (win,)), carray(_p_i32(cols[3]), (win,)),
+                    carray(_p_i32(cols[4]), (win,)), carray(_p_i32(cols[5]), (win,)), carray(_p_i64(cols[6]), (win,)),
+                    carray(_p_i64(cols[7]), (win,)), c_sysflag, carray(_p_i64(cols[9]), (win,)),
+                    carray(_p_u64(cols[10]), (win, 2)), carray(_p_i32(cols[11]), (win,)), c_store_ts,
+                    carray(_p_u64(cols[13]), (win, 2)), carray(_p_i32(cols[14]), (win,)),
+                    carray(_p_i32(cols[15]), (win,)), carray(_p_i64(cols[16]), (win,)), carray(_p_i32(cols[17]), (win,)),
+                    carray(_p_i64(cols[18]), (win,)), c_topic_start, c_topic_len, c_props_start, c_props_len,
+                    carray(_p_i8(cols[23]), (win,)), seg_start[k], stats, CRC_TABLES, _SCHEDULE, _DELAY)
+                win_seg = k
+                end = max(end, pos + 8)
+                pages += ((end - 1) >> 12) - (pos >> 12) + 1
+                lo_off = min(lo_off, phy)
+                hi_off = max(hi_off, seg_start[k] + end)
+                if win_n > 0:
+                    row = 0
+            if row < 0:
+                st = S_PYTHON if code == DEFER else S_DANGLING  # DEFER: the delay topic's DELAY, Python judges
             else:
-                st = _message_status(buf, c_topic_start[0], np.int64(c_topic_len[0]), c_props_start[0],
-                                     np.int64(c_props_len[0]), sc, kh, c_sysflag[0])
+                st = _message_status(buf, c_topic_start[row], np.int64(c_topic_len[row]), c_props_start[row],
+                                     np.int64(c_props_len[row]), sc, kh, c_sysflag[row])
                 if st != S_PYTHON and i > 1 and begin_ts > 0:
-                    d = c_store_ts[0] - begin_ts
+                    d = c_store_ts[row] - begin_ts
                     exp = min(d // 1000, 0x7FFFFFFF) if d > 0 else 0
                     if td != exp:
                         st |= S_TIME
@@ -217,10 +256,7 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
         status[i] = st
         if st & (S_DANGLING | S_BEYOND | S_PYTHON):
             continue
-        store_ts = c_store_ts[0]
-        hi_off = max(hi_off, phy + c_size[0])
-        pages += (phy + c_size[0] - 1 >> 12) - page
-        last_page = phy + c_size[0] - 1 >> 12
+        store_ts = c_store_ts[row]
         if out[0] < 0:
             out[0], out[1] = i, store_ts
         out[2], out[3] = i, store_ts
@@ -330,7 +366,8 @@ def entries_c(a):
         carray(_p_u8(a[E_IDX]), (a[E_IDX_SIZE],)), a[E_ENTRIES_START], a[E_I0], count,
         carray(_p_i64(a[E_SEG_START]), (nseg,)), carray(_p_i64(a[E_SEG_END]), (nseg,)),
         carray(_p_i64(a[E_SEG_SIZE]), (nseg,)), carray(_p_i64(a[E_SEG_ADDR]), (nseg,)), a[E_MIN_OFF],
-        a[E_VALID_END], a[E_RECOVERY_END], a[E_BEGIN_TS], a[E_MAX_RECORD], a[E_PAGE_BUDGET], carray(_p_u8(a[E_STATUS]), (count,)),
+        a[E_VALID_END], a[E_RECOVERY_END], a[E_BEGIN_TS], a[E_MAX_RECORD], a[E_PAGE_BUDGET], a[E_WIN],
+        carray(_p_u8(a[E_STATUS]), (count,)),
         carray(_p_i64(a[E_SCRATCH]), (a[E_SCRATCH_CAP], 4)), carray(_p_i64(a[E_WALK_COLS]), (25,)),
         carray(_p_i64(a[E_OUT]), (8,)))
 

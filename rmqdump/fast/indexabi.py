@@ -10,8 +10,10 @@ IRREGULAR = (EV_MERGE, EV_SLOT_MISMATCH, EV_ORDER_SELF)
 # argument blocks
 (E_IDX, E_IDX_SIZE, E_ENTRIES_START, E_COUNT, E_NSEG, E_SEG_START, E_SEG_END, E_SEG_SIZE, E_SEG_ADDR, E_MIN_OFF,
  E_VALID_END, E_RECOVERY_END, E_BEGIN_TS, E_MAX_RECORD, E_STATUS, E_SCRATCH, E_SCRATCH_CAP, E_WALK_COLS,
- E_OUT, E_I0, E_PAGE_BUDGET) = range(21)
+ E_OUT, E_I0, E_PAGE_BUDGET, E_WIN) = range(22)
 E_BLOCK = 24
+WINDOW = 64  # records one walk call decodes for a run of climbing entries
+DENSE_BYTES = 2048  # a run stops where its entries lie sparser than this many commitlog bytes per offset
 PAGE_BUDGET = 16384  # commitlog pages (64 MiB) read between two releases of the mapped pages
 (C_IDX, C_IDX_SIZE, C_N_SLOTS, C_SLOTS_N, C_ENTRIES_START, C_COUNT, C_CHAIN_SLOT, C_KEEP, C_EV, C_EV_CAP,
  C_CLASS_COUNT, C_OUT, C_OWN) = range(13)
@@ -21,5 +23,5 @@ SCRATCH_PAIRS = 1024
 
 def abi_key() -> bytes:
     """The caller/kernel contract (part of the shared library's cache key)."""
-    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_") or n.startswith(("EV_", "PAGE", "SCRATCH")))
+    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE")))
     return repr([(n, globals()[n]) for n in names]).encode()

@@ -70,8 +70,10 @@ from rmqdump.fast.indexabi import (
     E_STATUS,
     E_VALID_END,
     E_WALK_COLS,
+    E_WIN,
     PAGE_BUDGET,
     SCRATCH_PAIRS,
+    WINDOW,
     abi_key,
 )
 
@@ -162,8 +164,8 @@ def entry_status(idx, entries_start: int, count: int, segments: list[tuple[int, 
                      dtype=np.int64)
     status = np.zeros(max(count, 1), dtype=np.uint8)
     scratch = np.zeros((SCRATCH_PAIRS, 4), dtype=np.int64)
-    colbuf = np.zeros((25, 2), dtype=np.int64)  # one row of each walk column (16 bytes each) and its stats
-    cols = np.array([colbuf.ctypes.data + 16 * k for k in range(25)], dtype=np.int64)
+    colbuf = np.zeros((25, 2 * WINDOW), dtype=np.int64)  # WINDOW rows a walk column (<= 16 bytes a row), stats
+    cols = np.array([colbuf.ctypes.data + 16 * WINDOW * k for k in range(25)], dtype=np.int64)
     out = np.full(8, -1, dtype=np.int64)
     b = np.zeros(E_BLOCK, dtype=np.int64)
     b[E_IDX], b[E_IDX_SIZE], b[E_ENTRIES_START], b[E_COUNT] = idx.ctypes.data, idx.size, entries_start, count
@@ -174,7 +176,7 @@ def entry_status(idx, entries_start: int, count: int, segments: list[tuple[int, 
     b[E_BEGIN_TS], b[E_MAX_RECORD], b[E_STATUS] = begin_ts, max_record_size, status.ctypes.data
     b[E_SCRATCH], b[E_SCRATCH_CAP], b[E_WALK_COLS], b[E_OUT] = (scratch.ctypes.data, SCRATCH_PAIRS, cols.ctypes.data,
                                                                 out.ctypes.data)
-    b[E_PAGE_BUDGET] = PAGE_BUDGET
+    b[E_PAGE_BUDGET], b[E_WIN] = PAGE_BUDGET, WINDOW
     entries = backend().entries
     i = 1
     while i < count:
