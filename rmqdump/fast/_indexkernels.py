@@ -14,7 +14,13 @@ from __future__ import annotations
 import numpy as np
 from numba import carray, cfunc, njit, types
 
-from rmqdump.codec.layout import TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK
+from rmqdump.codec.layout import (
+    INDEX_HASH_SLOT_SIZE,
+    INDEX_HEADER_SIZE,
+    INDEX_SIZE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
 from rmqdump.fast._jsonkernels import _KEYS, _UNIQ, _find, _java_hash, _parse_props, _utf8_ok
 from rmqdump.fast._kernels import _DELAY, _SCHEDULE, CRC_TABLES, ld_be32, ld_be64, walk
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
@@ -58,6 +64,9 @@ from rmqdump.fast.indexabi import (
     E_VALID_END,
     E_WALK_COLS,
     E_WIN,
+    ENTRY_PHY,
+    ENTRY_PREV,
+    ENTRY_TIME_DIFF,
     EV_CYCLE,
     EV_MERGE,
     EV_ORDER,
@@ -147,7 +156,7 @@ def _window_end(idx, entries_start, i, count, phy, seg_lo, size, win):
     taken = 1
     j = i + 1
     while j < count and taken < win:
-        pj = np.int64(ld_be64(idx, entries_start + 20 * j + 4))
+        pj = np.int64(ld_be64(idx, entries_start + INDEX_SIZE * j + ENTRY_PHY))
         if pj < last or pj - seg_lo >= size or pj - phy > DENSE_BYTES * taken:
             break
         if pj != last:
@@ -183,10 +192,10 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
     i = i0 - 1
     while i + 1 < count and pages < page_budget:
         i += 1
-        p = entries_start + 20 * i
+        p = entries_start + INDEX_SIZE * i
         kh = np.int64(ld_be32(idx, p))
-        phy = np.int64(ld_be64(idx, p + 4))
-        td = np.int64(ld_be32(idx, p + 12))
+        phy = np.int64(ld_be64(idx, p + ENTRY_PHY))
+        td = np.int64(ld_be32(idx, p + ENTRY_TIME_DIFF))
         row = -1
         if phy < min_off:
             status[i] = S_EXPIRED
@@ -235,7 +244,7 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
                     carray(_p_i64(cols[18]), (win,)), c_topic_start, c_topic_len, c_props_start, c_props_len,
                     carray(_p_i8(cols[23]), (win,)), seg_start[k], stats, CRC_TABLES, _SCHEDULE, _DELAY)
                 win_seg = k
-                end = max(end, pos + 8)
+                end = max(end, phy - seg_start[k] + 1)  # the page a failed decode read
                 pages += ((end - 1) >> 12) - (pos >> 12) + 1
                 lo_off = min(lo_off, phy)
                 hi_off = max(hi_off, seg_start[k] + end)
@@ -281,7 +290,7 @@ def index_chains(idx, n_slots, slots_n, entries_start, count, chain_slot, keep, 
     ev_n = 0
     used = 0
     for s in range(n_slots):
-        head = np.int64(ld_be32(idx, 40 + 4 * s))
+        head = np.int64(ld_be32(idx, INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s))
         if head == 0:
             continue
         if head < 0 or head >= count:
@@ -299,14 +308,14 @@ def index_chains(idx, n_slots, slots_n, entries_start, count, chain_slot, keep, 
                 ev_n = _event(ev, ev_n, cls_count, keep, EV_MERGE, cur, cs, s)
                 break
             chain_slot[cur] = s
-            p = entries_start + 20 * cur
+            p = entries_start + INDEX_SIZE * cur
             h = np.int64(ld_be32(idx, p))
             r = h % slots_n
             if r < 0:
                 r += slots_n
             if r != s:
                 ev_n = _event(ev, ev_n, cls_count, keep, EV_SLOT_MISMATCH, cur, h, s)
-            prev = np.int64(ld_be32(idx, p + 16))
+            prev = np.int64(ld_be32(idx, p + ENTRY_PREV))
             if prev == cur:
                 ev_n = _event(ev, ev_n, cls_count, keep, EV_ORDER_SELF, cur, prev, 0)
                 break
@@ -335,19 +344,19 @@ def index_reachable(idx, n_slots, entries_start, count, chain_slot, own):
     for i in range(count):
         own[i] = 0
     for s in range(n_slots):
-        head = np.int64(ld_be32(idx, 40 + 4 * s))
+        head = np.int64(ld_be32(idx, INDEX_HEADER_SIZE + INDEX_HASH_SLOT_SIZE * s))
         cur = head if 0 < head < count else 0
         while cur > 0:
             budget -= 1
             if budget < 0:
                 return 0
-            p = entries_start + 20 * cur
+            p = entries_start + INDEX_SIZE * cur
             r = np.int64(ld_be32(idx, p)) % n_slots
             if r < 0:
                 r += n_slots
             if r == s:
                 own[cur] = 1
-            prev = np.int64(ld_be32(idx, p + 16))
+            prev = np.int64(ld_be32(idx, p + ENTRY_PREV))
             if prev >= cur or prev < 0:
                 break
             cur = prev

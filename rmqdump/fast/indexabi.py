@@ -2,6 +2,13 @@
 numba-free caller (:mod:`rmqdump.fast.indexjoin`), its kernels (:mod:`rmqdump.fast._indexkernels`) and the pure
 check that words their findings (:mod:`rmqdump.analysis.verify.index_checks`)."""
 
+import struct
+
+from rmqdump.codec.layout import INDEX_ENTRY
+
+_FIELDS = INDEX_ENTRY.format.lstrip("<>!=@")  # keyHash, phyOffset, timeDiff, prevIndex
+ENTRY_PHY, ENTRY_TIME_DIFF, ENTRY_PREV = (struct.calcsize(">" + _FIELDS[:k]) for k in (1, 2, 3))
+
 # entry status bits
 S_EXPIRED, S_BEYOND, S_DANGLING, S_KEY, S_ROLLBACK, S_TIME, S_PYTHON = 1, 2, 4, 8, 16, 32, 64
 # chain event classes (ev rows: class, a, b, c)
@@ -23,5 +30,5 @@ SCRATCH_PAIRS = 1024
 
 def abi_key() -> bytes:
     """The caller/kernel contract (part of the shared library's cache key)."""
-    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE")))
+    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE", "ENTRY_")))
     return repr([(n, globals()[n]) for n in names]).encode()
