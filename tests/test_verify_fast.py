@@ -20,11 +20,11 @@ from click.testing import CliRunner
 
 from conftest import FIXTURES, REAL
 from rmqdump.analysis.verify import verify_segment, verify_store
-from rmqdump.analysis.verify.fast import broker_walk_fast
 from rmqdump.broker import recovery as R
 from rmqdump.cli import cli
 from rmqdump.codec.encoder import encode_blank, encode_fields, with_record_crc
 from rmqdump.fast import walk as fastwalk
+from rmqdump.fast.recovery_walk import broker_walk_fast
 from rmqdump.store.commitlog import CommitLog
 
 pytestmark = pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")

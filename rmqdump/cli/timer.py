@@ -9,6 +9,7 @@ import click
 from rmqdump.cli.options import access_options, now_option, parse_time, report_output_options, store_argument
 from rmqdump.cli.output import Column, default_format, diag, emit_document, print_table, utc_ms
 from rmqdump.errors import RmqdumpError
+from rmqdump.fast.recovery_walk import recovery_twins
 from rmqdump.findings import ERROR, WARNING
 from rmqdump.store.root import Store
 
@@ -120,7 +121,8 @@ def timer(store, show_all, precision_ms, now, fmt, quiet, no_mmap, max_message_s
         return
     commitlog_end = queue_end = None
     try:
-        pred, _ = predict_recovery_auto(st, check_crc=True, use_mmap=not no_mmap, list_limit=0, list_dropped=False)
+        pred, _ = predict_recovery_auto(st, check_crc=True, use_mmap=not no_mmap, list_limit=0, list_dropped=False,
+                                       **recovery_twins(st.commitlog, not no_mmap))
         commitlog_end, queue_end = pred.max_offset, predicted_queue_end(pred)
     except RmqdumpError as e:  # the records are then judged where they lie
         if not quiet:

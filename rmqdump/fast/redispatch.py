@@ -18,7 +18,7 @@ batch is fed to the same model in bulk:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from rmqdump.broker.redispatch import (
@@ -33,7 +33,7 @@ from rmqdump.broker.redispatch import (
     redispatch_ranges,
 )
 from rmqdump.broker.systopics import multi_dispatch_targets
-from rmqdump.codec.layout import TRANSACTION_TYPE_MASK
+from rmqdump.codec.layout import INNER_BATCH_FLAG, TRANSACTION_TYPE_MASK
 from rmqdump.errors import StoreError
 from rmqdump.fast.batch import BATCH_RECORDS
 from rmqdump.fast.engine import _numpy, fast_available, use_fast
@@ -228,3 +228,74 @@ def _holding(b: RecordBatch, rows: np.ndarray, needle: bytes) -> list[int]:
         out.append(int(rows[r]))
         at = text.find(needle, int(bounds[r + 1]))
     return out
+
+
+def dispatch_candidates(cl: CommitLog, start: int, end: int, built: dict[tuple[str, int], int], *,
+                        use_mmap: bool = True, batch_records: int = BATCH_RECORDS) -> Iterator:
+    """The records of ``[start, end)`` a replay of the broker's dispatch must look at, in commitlog order, as
+    the pure walk (``cl.walk(start=, end=, check_crc=False, read_body=False)``) yields them, minus those it would
+    skip unseen: a record whose own queue is in ``built`` with ``offset + size <= built[queue]`` (that queue's
+    ``maxPhysicOffset``, which only grows), not an inner batch, not naming LMQ targets, and records whose
+    transaction type is never dispatched. Every other record (``Message``; a :class:`Blank` never) comes out.
+    A file the kernels cannot walk cleanly (damage, no mapping, DLedger) hands over to the pure walk from that
+    file on, which then yields everything it yields."""
+    np = _numpy()
+    segs = [s for s in cl.segments if s.start + s.size > start]
+    if not use_mmap or not segs or not use_fast(sum(s.size for s in segs), segments=segs):
+        yield from cl.walk(start=start, end=end, check_crc=False, read_body=False, use_mmap=use_mmap)
+        return
+    columns = None
+    for seg in segs:
+        pos = max(0, start - seg.start)
+        try:
+            w = FastSegmentWalk(segment=seg, start_pos=pos, check_crc=False, end_offset=end,
+                                batch_records=batch_records, columns=columns)
+        except StoreError:
+            w = None
+        if w is None or w.size != seg.size:
+            if w is not None:
+                w.close()
+            yield from cl.walk(start=max(start, seg.start), end=end, check_crc=False, read_body=False,
+                               use_mmap=use_mmap)
+            return
+        columns = w.cols
+        with w:
+            for b in w:
+                for i in _candidates(np, b, built):
+                    yield b.message(i, read_body=False)
+            stop = w.stop
+        if stop.kind == "invalid":  # the pure walk's own words from this file on (it stops there)
+            yield from cl.walk(start=max(start, seg.start + stop.pos), end=end, check_crc=False, read_body=False,
+                               use_mmap=use_mmap)
+            return
+        if stop.kind == "limit":
+            return
+
+
+def _candidates(np, b: RecordBatch, built: dict[tuple[str, int], int]) -> list[int]:
+    """Rows of ``b`` :func:`dispatch_candidates` hands on."""
+    tx = b["sys_flag"] & TRANSACTION_TYPE_MASK
+    rows = np.flatnonzero(np.isin(tx, _DISPATCHED_TYPES))
+    if not rows.size:
+        return []
+    qids = b["queue_id"][rows]
+    tids, raws = _topic_groups(b, rows)
+    topics = [raw.decode("utf-8", "replace") for raw in raws]
+    pair = (tids.astype(np.int64) << 32) | (qids.astype(np.int64) & 0xFFFFFFFF)
+    upairs, pinv = np.unique(pair, return_inverse=True)
+    pinv = pinv.reshape(-1)
+    lim = np.array([built.get((topics[p >> 32], _int32(p & 0xFFFFFFFF)), -1) for p in upairs.tolist()],
+                   dtype=np.int64)
+    limit = lim[pinv]  # -1: no queue skips the record
+    ends = b.offsets[rows] + b["size"][rows].astype(np.int64)
+    need = (limit < 0) | (ends > limit) | ((b["sys_flag"][rows] & INNER_BATCH_FLAG) != 0)
+    cand = rows[~need & (b["properties_length"][rows] >= MULTI_MIN_PROPERTIES)]
+    if cand.size:
+        multi = np.zeros(b.n, bool)
+        multi[_holding(b, cand, _MULTI)] = True
+        need |= multi[rows]
+    return rows[need].tolist()
+
+
+def _int32(v: int) -> int:
+    return v - (1 << 32) if v >= 1 << 31 else v

@@ -244,7 +244,7 @@ def _recovery_walker(enabled: bool, results: list[SegmentResult]):
         return None
     from functools import partial
 
-    from rmqdump.analysis.verify.fast import broker_walk_fast
+    from rmqdump.fast.recovery_walk import broker_walk_fast
 
     summaries = {r.start: r.walk_summary for r in results if r.walk_summary is not None}
     return partial(broker_walk_fast, summaries=summaries)

@@ -52,7 +52,7 @@ class SegmentResult:
     half_offsets: set[int] = field(default_factory=set)
     tx_refs: list[tuple[int, int, int, int]] = field(default_factory=list)  # offset, file_pos, prepared, type
     #: compiled path, clean segments only: what the broker's recovery walk of this file would see
-    #: (:func:`rmqdump.analysis.verify.fast.broker_walk_fast` reuses it instead of walking again)
+    #: (:func:`rmqdump.fast.recovery_walk.broker_walk_fast` reuses it instead of walking again)
     walk_summary: tuple | None = None
 
     def stats(self) -> dict:

@@ -17,6 +17,7 @@ from rmqdump.codec.layout import (
 from rmqdump.disk.fileio import open_read
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import RmqdumpError, StoreError, UnsupportedError
+from rmqdump.fast.recovery_walk import recovery_twins
 from rmqdump.write.appender.geometry import _has_segments
 from rmqdump.write.appender.liveness import AbortInfo, read_abort
 
@@ -115,7 +116,8 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     store = Store.open(root)
     cl = store.commitlog
     states, cq_problems = consume_queue_states(store)
-    pred, model_reason = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap)
+    pred, model_reason = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap,
+                                              **recovery_twins(cl, use_mmap))
     st = StoreState(root, pred.max_offset, abort=abort, prediction=pred, broker_model_reason=model_reason)
     if abort is not None:
         st.dirty.append("abort file present: the broker did not shut down cleanly"

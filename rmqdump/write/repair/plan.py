@@ -18,6 +18,7 @@ from rmqdump.codec.layout import (
 )
 from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import FormatError, RmqdumpError, StoreError
+from rmqdump.fast.recovery_walk import recovery_twins
 from rmqdump.store.consumequeue import batch_cq_topics
 from rmqdump.write.repair.config import config_changes
 from rmqdump.write.repair.files import _blank, _nonzero_pieces, _open, _pread_all, _size
@@ -83,7 +84,8 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     config_changes(root, plan, restore_config)
     states, cq_problems = consume_queue_states(store)
     # a zero-length last segment (a crash between creating and extending it) holds nothing: it is deleted
-    pred, model = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True)
+    pred, model = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True,
+                                        **recovery_twins(cl, use_mmap))
     plan.prediction = pred
     if pred.version != VERSION_49:
         plan.warnings.append(f"recovery modelled as broker {pred.version}.x: {model}")
@@ -321,7 +323,7 @@ def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq:
         raise StoreError("--to directory is not empty", out)
     out.mkdir(parents=True, exist_ok=True)
     geo = store_geometry(store.root)
-    pred, _ = predict_recovery_auto(store, use_mmap=use_mmap)
+    pred, _ = predict_recovery_auto(store, use_mmap=use_mmap, **recovery_twins(store.commitlog, use_mmap))
     end = pred.max_offset
     doc: dict = {"store": str(store.root), "to": str(out), "end": end, "warnings": []}
     if cq:

@@ -14,6 +14,7 @@ from rmqdump.codec.layout import (
     CQ_STORE_UNIT_SIZE,
     CQ_UNIT,
     INNER_BATCH_FLAG,
+    SCHEDULE_TOPIC,
     STORE_CONSUMEQUEUE_DIR,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -21,6 +22,7 @@ from rmqdump.codec.layout import (
 )
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import RmqdumpError
+from rmqdump.fast.redispatch import dispatch_candidates
 from rmqdump.store.consumequeue import batch_cq_topics, open_batch_queues
 from rmqdump.write.repair.files import (
     _data_extents,
@@ -222,7 +224,11 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
     batch_topics = batch_cq_topics(root)
     batch_queues = open_batch_queues(root) if batch_topics else {}
     undispatched_batch: dict[tuple[str, int], int] = {}
-    for rec in cl.walk(start=start, end=end, check_crc=False, read_body=False, use_mmap=use_mmap):
+    # the records a queue already holds (below its maxPhysicOffset) are skipped by the compiled walk unseen
+    built = {key: ed.max_phys for key, ed in edits.items()
+             if ed is not None and ed.max_phys >= 0 and not ed.holes and key[0] not in batch_topics
+             and key[0] != SCHEDULE_TOPIC}
+    for rec in dispatch_candidates(cl, start, end, built, use_mmap=use_mmap):
         if not isinstance(rec, Message) or rec.offset in filler_offsets:
             continue
         if rec.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
