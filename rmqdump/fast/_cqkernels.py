@@ -16,6 +16,7 @@ from numba import carray, cfunc, njit, types
 
 from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from rmqdump.fast._jsonkernels import _TAGS, _find, _java_hash, _parse_props, _utf8_ok
+from rmqdump.fast._kernels import prefetch
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
 from rmqdump.fast.abi import (
     J_ARENA,
@@ -62,6 +63,8 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 _QHASH = np.uint64(0x9E3779B97F4A7C15)
 _EXT_LIMIT = -2147483649  # tagsCode at or below: a ConsumeQueueExt address
 _TAGS_KEY = np.frombuffer(b"TAGS\x01", dtype=np.uint8).copy()
+_AHEAD = 8  # rows cqjoin prefetches ahead
+_NOT_ASCII = -(1 << 40)  # no tagsCode (Java hashes are 32-bit)
 
 
 @njit(cache=True, nogil=True)
@@ -85,6 +88,33 @@ def _contains(buf, s, n, lit):
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
+def _ascii_tags(buf, ps, pl):
+    """For ASCII properties ``buf[ps:ps + pl]``: the Java hash of the TAGS value as ``_parse_props``,
+    ``_find`` and ``_java_hash`` give it (0 without one); ``_NOT_ASCII`` when a byte is not ASCII (the caller
+    takes that way). One pass: \x02-separated segments, name before the first \x01, non-empty value."""
+    acc = np.uint8(0)
+    for j in range(pl):
+        acc |= buf[ps + j]
+    if acc >= 0x80:
+        return _NOT_ASCII
+    h = np.int64(0)
+    e = ps + pl
+    a = ps
+    while a <= e:
+        b = a
+        while b < e and buf[b] != 2:
+            b += 1
+        if b - a >= 6 and buf[a] == 84 and buf[a + 1] == 65 and buf[a + 2] == 71 and buf[a + 3] == 83 \
+                and buf[a + 4] == 1:  # "TAGS\x01" and a value
+            v = np.int64(0)
+            for j in range(a + 5, b):
+                v = (31 * v + np.int64(buf[j])) & 0xFFFFFFFF
+            h = v - 0x100000000 if v >= 0x80000000 else v
+        a = b + 1
+    return h
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
 def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, pstart, plen,
            ht_keys, ht_ids, mask, arena, aoff, alen, tflags, qt_keys, qt_slots, qmask, q_base, q_n, q_at,
            phys, sizes, tags, sc, code, gidx, tid):
@@ -94,6 +124,8 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
     prev_s = 0
     prev_l = -1
     for i in range(i0, n):
+        if i + _AHEAD < n:  # the topic and properties of a record a few rows on: they left the cache
+            prefetch(buf, tstart[i + _AHEAD])
         tx = sys_flag[i] & TRANSACTION_TYPE_MASK
         if tx != 0 and tx != TRANSACTION_COMMIT_TYPE:
             code[i] = JCODE_SKIP
@@ -163,18 +195,20 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
         if tg > _EXT_LIMIT:
             ps = pstart[i]
             pl = max(plen[i], 0)
-            exp = np.int64(0)
-            if _contains(buf, ps, pl, _TAGS_KEY):
-                if not _utf8_ok(buf, ps, pl):
-                    code[i] = JCODE_PYTHON
-                    continue
-                k = _parse_props(buf, ps, pl, sc)
-                if k < 0:
-                    code[i] = JCODE_PYTHON
-                    continue
-                q = _find(buf, sc, k, _TAGS)
-                if q >= 0:
-                    exp = _java_hash(buf, sc[q, 2], sc[q, 3])
+            exp = _ascii_tags(buf, ps, pl)
+            if exp == _NOT_ASCII:
+                exp = 0
+                if _contains(buf, ps, pl, _TAGS_KEY):
+                    if not _utf8_ok(buf, ps, pl):
+                        code[i] = JCODE_PYTHON
+                        continue
+                    k = _parse_props(buf, ps, pl, sc)
+                    if k < 0:
+                        code[i] = JCODE_PYTHON
+                        continue
+                    q = _find(buf, sc, k, _TAGS)
+                    if q >= 0:
+                        exp = _java_hash(buf, sc[q, 2], sc[q, 3])
             if exp != tg:
                 code[i] = JCODE_PYTHON
                 continue

@@ -61,7 +61,8 @@ def _abi() -> bytes:
 def library_path() -> Path:
     from rmqdump.fast.engine import kernel_library_path
 
-    shared = Path(__file__).with_name("_jsonkernels.py").read_bytes()  # helpers the kernel imports
+    here = Path(__file__)
+    shared = here.with_name("_jsonkernels.py").read_bytes() + here.with_name("_kernels.py").read_bytes()  # imported
     return kernel_library_path("cqjoin", "_cqkernels.py", _abi(), hashlib.sha256(shared).hexdigest())
 
 
