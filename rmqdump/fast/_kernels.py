@@ -303,7 +303,7 @@ _S32 = np.uint64(32)
 _FF = np.uint64(0xFF)
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def crc_update_table(c, buf, s, e, t):
     """Continue the (pre-inverted) CRC state ``c`` over ``buf[s:e]``, slice-by-8."""
     p = s
@@ -319,7 +319,7 @@ def crc_update_table(c, buf, s, e, t):
     return c
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def crc_update_clmul(c, buf, s, e, t):
     """Continue the (pre-inverted) CRC state ``c`` over ``buf[s:e]``: four-lane PCLMULQDQ
     folding over 64-byte blocks, then 16-byte folds, Barrett reduction, table for the tail."""
@@ -383,7 +383,7 @@ def crc_update_clmul(c, buf, s, e, t):
     return crc_update_table(c, buf, p, e, t)
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def crc32(buf, s, e, t, mode):
     """``zlib.crc32(buf[s:e])`` (unmasked)."""
     c = np.uint64(0xFFFFFFFF)
@@ -581,7 +581,7 @@ _TS_LO, _TS_HI, _HOUR = 946684800000, 4102444800000, 3600000
 _AHEAD = 8  # rows vscan prefetches ahead
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _ends_with(buf, s, j, pat):
     """Whether ``buf[s + j - len(pat):s + j]`` equals ``pat`` (within the field starting at s)."""
     m = pat.size
@@ -594,7 +594,7 @@ def _ends_with(buf, s, j, pat):
     return True
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _props_clear(buf, ps, pl):
     """Whether the properties ``buf[ps:ps + pl]`` need no check: -1 they do (not ASCII, not
     ``key\x01value`` pairs joined by ``\x02`` as ``record_checks._PROPS_OK`` wants, or holding
