@@ -87,7 +87,7 @@ def _contains(buf, s, n, lit):
     return False
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def _ascii_tags(buf, ps, pl):
     """For ASCII properties ``buf[ps:ps + pl]``: the Java hash of the TAGS value as ``_parse_props``,
     ``_find`` and ``_java_hash`` give it (0 without one); ``_NOT_ASCII`` when a byte is not ASCII (the caller
