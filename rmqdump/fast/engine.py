@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +190,36 @@ def build_kernel_library(module: str, path: Path) -> None:
     if res.returncode != 0 or not path.exists():
         lines = res.stderr.strip().splitlines()
         raise RuntimeError(f"building {path.name} failed: {lines[-1] if lines else res.returncode}")
+
+
+def load_kernels(module: str, library_path: Callable[[], Path], symbols: Sequence[str], cfuncs: Sequence[str],
+                 make: Callable[..., Any]) -> Any:
+    """``make(kind, *functions, keep=...)`` over the ``void f(void *)`` entry points of the kernel module ``module``
+    (``rmqdump.fast._x``): first from its shared library at ``library_path()`` (``symbols``; built once under
+    :func:`build_lock` when missing), else numba's JIT cfuncs ``cfuncs`` of the module (no compiler, read-only cache,
+    ``RMQDUMP_FAST_LIBRARY=0``, or ``make`` refusing the library). ``keep``: the ctypes thunks to keep alive."""
+    errors = []
+    if os.environ.get("RMQDUMP_FAST_LIBRARY", "1") != "0":
+        try:
+            path = library_path()
+            if not path.exists():
+                with build_lock():
+                    if not path.exists():  # another process may have built it meanwhile
+                        build_kernel_library(module, path)
+            lib = ctypes.CDLL(str(path))
+            fns = []
+            for name in symbols:
+                fn = lib[name]
+                fn.argtypes = [ctypes.c_void_p]
+                fn.restype = None
+                fns.append(fn)
+            return make(f"shared library {path}", *fns)
+        except Exception as e:  # no compiler, read-only cache: numba's JIT instead
+            errors.append(f"{type(e).__name__}: {e}")
+    kernels = importlib.import_module(module)
+    proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    fns = [proto(getattr(kernels, name).address) for name in cfuncs]
+    return make("numba JIT" + (f" (library unavailable: {errors[0][:200]})" if errors else ""), *fns, keep=fns)
 
 
 def build_library(path: Path) -> None:

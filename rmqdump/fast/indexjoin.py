@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -106,35 +105,13 @@ def backend() -> _Backend:
     if _backend is not None:
         return _backend
     with _lock:
-        if _backend is not None:
-            return _backend
-        errors = []
-        if os.environ.get("RMQDUMP_FAST_LIBRARY", "1") != "0":
-            try:
-                from rmqdump.fast.engine import build_kernel_library, build_lock
+        if _backend is None:
+            from rmqdump.fast.engine import load_kernels
 
-                path = library_path()
-                if not path.exists():
-                    with build_lock():
-                        if not path.exists():
-                            build_kernel_library("rmqdump.fast._indexkernels", path)
-                lib = ctypes.CDLL(str(path))
-                fns = []
-                for name in ("rmqdump_index_entries", "rmqdump_index_chains", "rmqdump_index_info"):
-                    fn = lib[name]
-                    fn.argtypes = [ctypes.c_void_p]
-                    fn.restype = None
-                    fns.append(fn)
-                _backend = _Backend(f"shared library {path}", *fns)
-                return _backend
-            except Exception as e:  # no compiler, read-only cache: numba's JIT instead
-                errors.append(f"{type(e).__name__}: {e}")
-        from rmqdump.fast import _indexkernels as k
-
-        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-        fns = [proto(f.address) for f in (k.entries_c, k.chains_c, k.info_c)]
-        _backend = _Backend("numba JIT" + (f" (library unavailable: {errors[0][:200]})" if errors else ""), *fns,
-                            keep=fns)
+            _backend = load_kernels(
+                "rmqdump.fast._indexkernels", library_path,
+                ("rmqdump_index_entries", "rmqdump_index_chains", "rmqdump_index_info"),
+                ("entries_c", "chains_c", "info_c"), _Backend)
         return _backend
 
 

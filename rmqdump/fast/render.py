@@ -16,7 +16,6 @@ JIT instead; ``RMQDUMP_FAST=0`` disables the fast path (see :func:`rmqdump.fast.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -114,14 +113,6 @@ def library_ready() -> bool:
         return False
 
 
-def _build(path: Path) -> None:
-    from rmqdump.fast.engine import build_kernel_library, build_lock
-
-    with build_lock():
-        if not path.exists():  # another process may have built it meanwhile
-            build_kernel_library("rmqdump.fast._jsonkernels", path)
-
-
 class _Backend:
     def __init__(self, kind: str, jsonl, columns, info, keep=None):
         self.kind = kind
@@ -140,31 +131,12 @@ def backend() -> _Backend:
     if _backend is not None:
         return _backend
     with _lock:
-        if _backend is not None:
-            return _backend
-        errors = []
-        if os.environ.get("RMQDUMP_FAST_LIBRARY", "1") != "0":
-            try:
-                path = library_path()
-                if not path.exists():
-                    _build(path)
-                lib = ctypes.CDLL(str(path))
-                fns = []
-                for name in ("rmqdump_jsonl", "rmqdump_columns", "rmqdump_render_info"):
-                    fn = lib[name]
-                    fn.argtypes = [ctypes.c_void_p]
-                    fn.restype = None
-                    fns.append(fn)
-                _backend = _Backend(f"shared library {path}", *fns)
-                return _backend
-            except Exception as e:  # no compiler, read-only cache: numba's JIT instead
-                errors.append(f"{type(e).__name__}: {e}")
-        from rmqdump.fast import _jsonkernels
+        if _backend is None:
+            from rmqdump.fast.engine import load_kernels
 
-        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-        fns = [proto(f.address) for f in (_jsonkernels.jsonl_c, _jsonkernels.columns_c, _jsonkernels.info_c)]
-        _backend = _Backend("numba JIT" + (f" (library unavailable: {errors[0][:200]})" if errors else ""), *fns,
-                            keep=fns)
+            _backend = load_kernels(
+                "rmqdump.fast._jsonkernels", library_path, ("rmqdump_jsonl", "rmqdump_columns", "rmqdump_render_info"),
+                ("jsonl_c", "columns_c", "info_c"), _Backend)
         return _backend
 
 
