@@ -8,7 +8,10 @@ file of a queue deleted, a queue's tail zeroed, a whole queue directory gone, a 
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ from rmqdump.fast.redispatch import dispatch_candidates
 from rmqdump.store.root import Store
 from rmqdump.write.repair.plan import plan_repair
 
-pytestmark = pytest.mark.skipif(not fast_available(), reason="the compiled kernels are not available here")
+needs_kernels = pytest.mark.skipif(not fast_available(), reason="the compiled kernels are not available here")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 STORES = ["store", *(f"oracle/{p.name}" for p in sorted((FIXTURES / "oracle").iterdir())
@@ -66,6 +69,7 @@ def _plan(root: Path, monkeypatch, flag: str) -> dict:
     return doc
 
 
+@needs_kernels
 @pytest.mark.parametrize("how", ["as-is", "last-file-deleted", "tail-zeroed", "queue-deleted", "middle-file-deleted"])
 @pytest.mark.parametrize("name", STORES)
 def test_compiled_dispatch_replay_plans_what_the_pure_one_plans(name, how, tmp_path, monkeypatch):
@@ -74,6 +78,7 @@ def test_compiled_dispatch_replay_plans_what_the_pure_one_plans(name, how, tmp_p
     assert _plan(root, monkeypatch, "1") == _plan(root, monkeypatch, "0")
 
 
+@needs_kernels
 def test_records_a_queue_holds_are_skipped_and_the_others_kept(tmp_path, monkeypatch):
     """On the healthy store nothing past the queues' ends: no record comes out; lower one queue's end and
     exactly its records past the new end come out, in commitlog order, as the pure walk decodes them."""
@@ -96,3 +101,19 @@ def test_records_a_queue_holds_are_skipped_and_the_others_kept(tmp_path, monkeyp
         return r.offset, r.size, r.topic, r.queue_id, r.queue_offset, r.sys_flag, r.store_timestamp, r.properties
 
     assert [seen(r) for r in got] == [seen(r) for r in pure if r.offset in {g.offset for g in got}]
+
+
+def test_repair_plans_without_numpy_and_numba(tmp_path, monkeypatch):
+    """The base install (no ``fast`` extra): the plan comes from the pure walks, identical, never an ImportError."""
+    root = writable_copy(_src("oracle/498-cq-hole"), tmp_path / "s")
+    _damage(root, "tail-zeroed")
+    code = ("import json, sys\n"
+            "sys.modules['numpy'] = sys.modules['numba'] = None\n"
+            "from rmqdump.write.repair.plan import plan_repair\n"
+            "p = plan_repair(sys.argv[1], name_clock=lambda: 1_700_000_000_000)\n"
+            "print(json.dumps(p.to_dict()))\n"
+            "p.cleanup()\n")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "RMQDUMP_FAST"}
+    res = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stdout) == json.loads(json.dumps(_plan(root, monkeypatch, "0")))

@@ -239,11 +239,11 @@ def dispatch_candidates(cl: CommitLog, start: int, end: int, built: dict[tuple[s
     transaction type is never dispatched. Every other record (``Message``; a :class:`Blank` never) comes out.
     A file the kernels cannot walk cleanly (damage, no mapping, DLedger) hands over to the pure walk from that
     file on, which then yields everything it yields."""
-    np = _numpy()
     segs = [s for s in cl.segments if s.start + s.size > start]
     if not use_mmap or not segs or not use_fast(sum(s.size for s in segs), segments=segs):
         yield from cl.walk(start=start, end=end, check_crc=False, read_body=False, use_mmap=use_mmap)
         return
+    np = _numpy()  # only now: the base install (no fast extra) has no numpy
     columns = None
     for seg in segs:
         pos = max(0, start - seg.start)
