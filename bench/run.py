@@ -14,22 +14,13 @@ own encoder (bench/gen.py). Not part of the pytest run (tests/test_bench_smoke.p
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as _dt
-import importlib.util
 import json
-import mmap
 import os
-import platform
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/run.py`
@@ -37,161 +28,32 @@ if __package__ in (None, ""):  # `python bench/run.py`
 
 import numpy as np  # noqa: E402
 
-from bench.gen import BASE_TS, QUEUES, TOPIC, StoreSpec, ensure_store, key_for, link_prefix  # noqa: E402
-
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
-GiB = 1 << 30
-MiB = 1 << 20
-# the console script installed beside this interpreter (not a pyenv/asdf shim, which adds its own start-up)
-_SCRIPT = Path(sys.executable).with_name("rmqdump")
-RMQDUMP = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "rmqdump.cli"]
-
-
-# --- table -----------------------------------------------------------------------------------------
-@dataclass
-class Row:
-    key: str
-    label: str
-    figure: str = ""
-    reference: str = ""
-    ratio: str = ""
-    target: str = ""
-    result: str = ""  # pass | FAIL | info | n/a ... | error ...
-    note: str = ""
-
-
-ROWS: list[tuple[str, str, str]] = [
-    # key, label, target text
-    ("read_bw", "page-cache read bandwidth (mmap + numpy sum), 1 KiB store", "reference"),
-    ("zlib_crc", "zlib.crc32 over the same mapped bytes (no copy), 1 core", "reference"),
-    ("rocketmq_ref", "RocketMQ recovery walk (reported in the issue)", "reference"),
-    ("pure_scan_1k", "pure Python walk, header decode, 1 KiB records", "info"),
-    ("pure_verify_1k", "pure Python walk + body CRC, 1 KiB records", "info"),
-    ("fast_scan_1k", "fast scan decode of all header fields, 1 KiB records", ">= 0.15 x read bw"),
-    ("fast_scan_128", "fast scan decode of all header fields, 128 B records", ">= 20 M rec/s"),
-    ("fast_verify_1core", "fast verify (walk + header checks + body CRC), 1 KiB, 1 core", ">= 0.75 x zlib"),
-    ("fast_verify_jobs", "fast verify, all cores (segments in parallel)", ">= 1.3 x zlib 1-core"),
-    ("verify_store", "rmqdump verify STORE (8 queues of CQ files), end to end", ">= 1.0 x zlib (CPU)"),
-    ("verify_store_big", "rmqdump verify STORE, the --big-gib store", "RSS <= 1.1 x smaller store"),
-    ("verify_cli", "rmqdump verify --commitlog-only, end to end (process start incl.)", ">= 0.5 x zlib"),
-    ("scan_head", "rmqdump scan STORE piped to head -n 1000 (time to first rows)", "info"),
-    ("export_cli_parquet", "rmqdump export --to F.parquet (no bodies), 1 segment", ">= 1.5 M rec/s"),
-    ("export_cli_jsonl", "rmqdump export --to F.jsonl (no bodies), 1 segment", ">= 1 M rec/s"),
-    ("scan_jsonl", "rmqdump scan -f jsonl > /dev/null", ">= 300 k rec/s"),
-    ("export_parquet", "Parquet export without bodies (rmqdump.rows.export)", ">= 1 M rec/s"),
-    ("lookup_key", "rmqdump lookup --key, full-size index, after start", "<= 50 ms"),
-    ("lookup_vs_scan", "lookup --key vs the scan fallback (lookup --scan)", ">= 1000 x"),
-    ("help_wall", "rmqdump --help wall time", "<= 0.3 s"),
-    ("rss_scan", "peak RSS, rmqdump scan of the 4 GiB store", "<= 200 MB"),
-    ("rss_verify", "peak RSS, rmqdump verify of the 4 GiB store", "<= 200 MB"),
-    ("rss_fastwalk", "peak RSS, fastwalk.verify_segments of the 4 GiB store", "<= 200 MB"),
-    ("rss_export", "peak RSS, rmqdump export --to F.parquet of the 4 GiB store", "<= 200 MB"),
-    ("spark_per_core", "Spark export local[2] per core vs single-process export", ">= 0.5 x"),
-    ("spark_scaling", "Spark export local[2] vs local[1]", ">= 1.7 x"),
-    ("bulk_append", "bulk append (rmqdump.write.appender.bulk_append), fsync per 4 MiB", ">= 200 MB/s"),
-]
-ROW_KEYS = [k for k, _, _ in ROWS]
-
-
-def render_table(rows: dict[str, Row]) -> str:
-    head = "| benchmark | figure | reference (same run) | ratio | target | result |\n|---|---|---|---|---|---|\n"
-    lines = []
-    for key, _, _ in ROWS:
-        r = rows[key]
-        res = r.result + (f" ({r.note})" if r.note else "")
-        lines.append(f"| {r.label} | {r.figure} | {r.reference} | {r.ratio} | {r.target} | {res} |")
-    return head + "\n".join(lines) + "\n"
-
-
-# --- measurement helpers ------------------------------------------------------------------------------
-def best(fn: Callable[[], object], repeat: int) -> tuple[float, object]:
-    """Fastest of ``repeat`` timed calls: (seconds, last result)."""
-    t_best, out = float("inf"), None
-    for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
-        out = fn()
-        t_best = min(t_best, time.perf_counter() - t0)
-    return t_best, out
-
-
-_LAUNCHER = """
-import json, os, subprocess, sys, time
-t0 = time.perf_counter()
-p = subprocess.Popen(sys.argv[2:], stderr=subprocess.PIPE)
-err = p.stderr.read()
-_, status, ru = os.wait4(p.pid, 0)
-wall = time.perf_counter() - t0
-with open(sys.argv[1], "w") as f:
-    json.dump({"wall": wall, "rss": ru.ru_maxrss * 1024, "code": os.waitstatus_to_exitcode(status),
-               "cpu": ru.ru_utime + ru.ru_stime,
-               "err": err[-4000:].decode("utf-8", "replace")}, f)
-"""
-
-
-def run_child(cmd: list[str], *, stdout=subprocess.DEVNULL, timeout: float = 3600, env=None,
-              ok_codes=(0,)) -> tuple[float, int, int]:
-    """(wall seconds, peak RSS bytes, exit code) of :func:`run_child_cpu`."""
-    return run_child_cpu(cmd, stdout=stdout, timeout=timeout, env=env, ok_codes=ok_codes)[:3]
-
-
-def run_child_cpu(cmd: list[str], *, stdout=subprocess.DEVNULL, timeout: float = 3600, env=None,
-                  ok_codes=(0,)) -> tuple[float, int, int, float]:
-    """Run a command; return (wall seconds, peak RSS bytes, exit code, CPU seconds (user + system)).
-
-    A small launcher process starts and times the command, so that the command's peak RSS
-    is its own (a child forked from this big process would inherit our high-water mark).
-    """
-    fd, report = tempfile.mkstemp(prefix="rmqdump-bench-", suffix=".json")
-    os.close(fd)
-    try:
-        try:
-            subprocess.run([sys.executable, "-c", _LAUNCHER, report, *cmd], stdout=stdout, timeout=timeout, env=env,
-                           check=True)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"{' '.join(cmd[:4])} timed out after {timeout:.0f} s") from None
-        res = json.loads(Path(report).read_text())
-    finally:
-        os.unlink(report)
-    if res["code"] not in ok_codes:
-        err = res["err"].strip().splitlines()
-        raise RuntimeError(f"exit {res['code']}: {err[-1] if err else ''}")
-    return res["wall"], res["rss"], res["code"], res["cpu"]
-
-
-def gbps(nbytes: int, seconds: float) -> float:
-    return nbytes / seconds / 1e9
-
-
-def map_file(path: Path) -> mmap.mmap:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    finally:
-        os.close(fd)
-
-
-def module_exists(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def cli_has(command: str) -> bool:
-    try:
-        from rmqdump.cli import COMMANDS
-    except ImportError:
-        return False
-    return command in COMMANDS and module_exists(COMMANDS[command][0])
-
-
-def mark(row: Row, ok: bool | None) -> None:
-    row.result = "info" if ok is None else ("pass" if ok else "FAIL")
+from bench.gen import StoreSpec, ensure_store, link_prefix  # noqa: E402
+from bench.heavy import HeavyRows  # noqa: E402
+from bench.table import (  # noqa: E402
+    BENCH,
+    RMQDUMP,
+    ROW_KEYS,
+    ROWS,
+    GiB,
+    MiB,
+    Row,
+    best,
+    cli_has,
+    gbps,
+    machine_facts,
+    map_file,
+    mark,
+    module_exists,
+    render_table,
+    results_markdown,
+    run_child,
+    run_child_cpu,
+)
 
 
 # --- the suite -----------------------------------------------------------------------------------------
-class Bench:
+class Bench(HeavyRows):
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.quick = args.quick
@@ -242,11 +104,12 @@ class Bench:
             ("help_wall", self.b_help), ("rss_scan", self.b_rss), ("spark_per_core", self.b_spark),
             ("bulk_append", self.b_append),
         ]
-        groups = {"read_bw": ["read_bw", "zlib_crc", "rocketmq_ref"], "pure_scan_1k": ["pure_scan_1k", "pure_verify_1k"],
+        groups = {"read_bw": ["read_bw", "zlib_crc", "isal_crc", "crc_kernel"], "pure_scan_1k": ["pure_scan_1k", "pure_verify_1k"],
                   "fast_scan_1k": ["fast_scan_1k", "fast_scan_128"],
                   "fast_verify_1core": ["fast_verify_1core", "fast_verify_jobs"],
-                  "verify_store": ["verify_store", "verify_store_big"],
-                  "export_cli_parquet": ["export_cli_parquet", "export_cli_jsonl"],
+                  "verify_store": ["verify_store", "rocketmq_ref", "verify_vs_rocketmq", "verify_store_big"],
+                  "export_cli_parquet": ["export_cli_parquet", "parquet_vs_arrow", "export_cli_jsonl"],
+                  "scan_jsonl": ["scan_jsonl", "jsonl_vs_orjson"], "help_wall": ["version_wall", "help_wall"],
                   "lookup_key": ["lookup_key", "lookup_vs_scan"], "rss_scan": ["rss_scan", "rss_verify", "rss_fastwalk", "rss_export"],
                   "spark_per_core": ["spark_per_core", "spark_scaling"]}
         for key, fn in steps:
@@ -288,11 +151,39 @@ class Bench:
         r.figure = f"{self.ref['zlib']:.2f} GB/s"
         r.ratio = f"{self.ref['zlib'] / self.ref['read_bw']:.3f} x read bw"
         r.result = "reference"
-        r = self.rows["rocketmq_ref"]
-        r.figure = f"~{0.55 * self.ref['zlib']:.2f} GB/s (0.55 x zlib)"
-        r.reference = f"{self.ref['zlib']:.2f} GB/s zlib"
-        r.ratio = "0.55 x zlib"
+        self._crc_references()
+
+    def _crc_references(self) -> None:
+        from bench.references import isal_crc_seconds
+
+        mm = map_file(self.seg1k)
+        try:
+            size = len(mm)
+            t_isal = isal_crc_seconds(mm, self.repeat + 1)
+            t_ours = None
+            if module_exists("numba"):
+                from rmqdump.fast.engine import crc32 as fast_crc32
+
+                if fast_crc32(mm) != zlib.crc32(mm):
+                    raise RuntimeError("the compiled CRC-32 differs from zlib's")
+                t_ours, _ = best(lambda: fast_crc32(mm), self.repeat + 1)
+        finally:
+            mm.close()
+        r, k = self.rows["isal_crc"], self.rows["crc_kernel"]
+        if t_isal is None:
+            r.result = k.result = "n/a (pip install isal)"
+            return
+        self.ref["isal"] = gbps(size, t_isal)
+        r.figure = f"{self.ref['isal']:.2f} GB/s"
+        r.ratio = f"{self.ref['isal'] / self.ref['zlib']:.2f} x zlib"
         r.result = "reference"
+        if t_ours is None:
+            k.result = "n/a (numba missing)"
+            return
+        rate = gbps(size, t_ours)
+        k.figure, k.reference = f"{rate:.2f} GB/s", f"{self.ref['isal']:.2f} GB/s ISA-L"
+        k.ratio = f"{rate / self.ref['isal']:.2f} x ISA-L, {rate / self.ref['zlib']:.2f} x zlib"
+        mark(k, rate >= 0.8 * self.ref["isal"])
 
     # pure path --------------------------------------------------------------------------------------------
     def b_pure(self) -> None:
@@ -414,18 +305,19 @@ class Bench:
         runs = [run_child_cpu(cmd, timeout=1800, **kw) for _ in range(self.repeat)]
         return min(r[0] for r in runs), max(r[1] for r in runs), min(r[3] for r in runs)
 
-    def _verify_store(self, store: Path, nbytes: int) -> tuple[str, str, float, int]:
+    def _verify_store(self, store: Path, nbytes: int) -> tuple[str, str, float, int, float]:
         wall, rss, cpu = self._cli_rows([*RMQDUMP, "verify", "-q", str(store)], ok_codes=(0, 1))
         zlib_s = nbytes / (self.ref["zlib"] * 1e9)
         fig = f"{wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {rss / 1e6:.0f} MB ({nbytes / GiB:.3g} GiB)"
-        return fig, f"{zlib_s:.2f} s zlib.crc32 1-core", zlib_s / cpu, rss
+        return fig, f"{zlib_s:.2f} s zlib.crc32 1-core", zlib_s / cpu, rss, wall
 
     def b_verify_store(self) -> None:
         r = self.rows["verify_store"]
-        fig, ref, ratio, rss = self._verify_store(self.store1k, self.spec1k.total_bytes)
+        fig, ref, ratio, rss, wall = self._verify_store(self.store1k, self.spec1k.total_bytes)
         r.figure, r.reference, r.ratio = fig, ref, f"{ratio:.2f} x zlib (CPU)"
         mark(r, ratio >= 1.0)
         r.note = "CQ join in bounded memory (64 MiB windows); wall: other jobs share the 2 cores"
+        self._rocketmq_load(wall)
         rb = self.rows["verify_store_big"]
         if not self.args.big_gib:
             rb.result = "skipped"
@@ -437,13 +329,38 @@ class Bench:
         existed = (self.data / spec.name).exists()
         big = ensure_cq_spec(self.data, spec, self.log)
         try:
-            fig, ref, ratio_b, rss_b = self._verify_store(big, spec.total_bytes)
+            fig, ref, ratio_b, rss_b, _ = self._verify_store(big, spec.total_bytes)
         finally:
             if not existed:
                 shutil.rmtree(big)
         rb.figure, rb.reference = fig, f"{ref}; {rss / 1e6:.0f} MB at {self.spec1k.total_bytes / GiB:.3g} GiB"
         rb.ratio = f"{rss_b / rss:.2f} x RSS, {ratio_b:.2f} x zlib (CPU)"
         mark(rb, rss_b <= 1.1 * rss)
+
+    def _rocketmq_load(self, verify_wall: float) -> None:
+        """RocketMQ's own load() over a copy of the CQ store, and verify's wall beside it."""
+        from bench.cqstore import CQ_FILE_ENTRIES, CQ_STORE_UNIT_SIZE
+        from bench.references import rocketmq_load_seconds
+
+        r, v = self.rows["rocketmq_ref"], self.rows["verify_vs_rocketmq"]
+        if "rocketmq" in self.skip:
+            r.result = v.result = "skipped"
+            return
+        res = rocketmq_load_seconds(self.store1k, self.out, self.spec1k.segment_size,
+                                    CQ_FILE_ENTRIES * CQ_STORE_UNIT_SIZE,
+                                    self.heavy_repeat, self.log)
+        if res is None:
+            r.result = v.result = "n/a (needs ../shared/oracle and a JDK)"
+            return
+        load_s, jvm_wall = res
+        nbytes = self.spec1k.total_bytes
+        r.figure = f"{load_s:.2f} s load() ({jvm_wall:.2f} s JVM wall), {gbps(nbytes, load_s):.2f} GB/s"
+        r.ratio = f"{gbps(nbytes, load_s) / self.ref['zlib']:.2f} x zlib"
+        r.result = "reference"
+        v.figure = f"verify {verify_wall:.2f} s wall"
+        v.reference = f"load() {load_s:.2f} s (in the JVM, start-up excluded)"
+        v.ratio = f"{load_s / verify_wall:.2f} x faster"
+        mark(v, load_s >= 2 * verify_wall)
 
     def b_scan_head(self) -> None:
         r = self.rows["scan_head"]
@@ -469,7 +386,23 @@ class Bench:
             r.ratio = f"{rate / goal:.2f} x target"
             mark(r, rate >= goal)
             r.note = f"peak RSS {rss / 1e6:.0f} MB"
+            if suffix == "parquet":
+                self._write_table_reference(out, rate)
             out.unlink(missing_ok=True)
+
+    def _write_table_reference(self, parquet: Path, rate: float) -> None:
+        from bench.references import write_table_rows_per_second
+
+        r = self.rows["parquet_vs_arrow"]
+        ref = write_table_rows_per_second(parquet, self.out / "write-table.parquet", self.repeat)
+        if ref is None:
+            r.result = "n/a (pyarrow missing)"
+            return
+        w_rate, n = ref
+        r.figure = f"{rate / 1e6:.2f} M rec/s (export, process start incl.)"
+        r.reference = f"pq.write_table {w_rate / 1e6:.2f} M rows/s ({n} rows read back from the export)"
+        r.ratio = f"{rate / w_rate:.2f} x write_table"
+        mark(r, rate >= 0.5 * w_rate)
 
     def b_scan_jsonl(self) -> None:
         r = self.rows["scan_jsonl"]
@@ -480,12 +413,29 @@ class Bench:
         records = -(-nbytes // self.spec1k.record_size)
         records = min(records, self.spec1k.records_per_segment)
         cmd = [*RMQDUMP, "scan", "-f", "jsonl", "-q", "--max-bytes", str(nbytes), str(self.store1k)]
-        t = min(run_child(cmd, timeout=1800)[0] for _ in range(self.repeat))
+        out = self.out / "scan.jsonl"
+        t = float("inf")
+        for _ in range(self.repeat):
+            with open(out, "wb") as f:
+                t = min(t, run_child(cmd, stdout=f, timeout=1800)[0])
         r.figure = f"{records / t / 1e3:.0f} k rec/s ({records} records, {t:.2f} s)"
         r.reference = "absolute target"
-        r.ratio = f"{records / t / 300e3:.2f} x target"
-        mark(r, records / t >= 300e3)
+        r.ratio = f"{records / t / 1e6:.2f} x target"
+        mark(r, records / t >= 1e6)
         r.note = "default body mode (base64), process start incl."
+        from bench.references import orjson_rows_per_second
+
+        o = self.rows["jsonl_vs_orjson"]
+        ref = orjson_rows_per_second(out.read_bytes(), self.repeat)
+        out.unlink(missing_ok=True)
+        if ref is None:
+            o.result = "n/a (pip install orjson)"
+            return
+        rate, n = ref
+        o.figure = f"{records / t / 1e3:.0f} k rec/s (scan, process start incl.)"
+        o.reference = f"orjson.dumps {rate / 1e3:.0f} k rows/s ({n} rows parsed back from scan's output)"
+        o.ratio = f"{records / t / rate:.2f} x orjson"
+        mark(o, records / t >= 0.5 * rate)
 
     # Parquet export --------------------------------------------------------------------------------------
     def _single_export(self, store: Path, out: Path) -> dict:
@@ -510,307 +460,6 @@ class Bench:
         r.reference = "absolute target"
         r.ratio = f"{best_rate / 1e6:.2f} x target"
         mark(r, best_rate >= 1e6)
-
-    # lookup -------------------------------------------------------------------------------------------------
-    def _index_store(self) -> tuple[Path, int]:
-        """The 128 B store plus one full-size IndexFile of every record's KEYS (built once)."""
-        from rmqdump.codec.layout import MAX_HASH_SLOT_NUM, MAX_INDEX_NUM
-        from rmqdump.store.indexfile import IndexFileWriter
-
-        root = self.data / "rec128_indexed"
-        slots, entries = (MAX_HASH_SLOT_NUM, MAX_INDEX_NUM) if not self.quick else (20000, 40000)
-        spec = self.spec128
-        n = spec.records_per_segment * spec.segments
-        stamp = root / "bench-index.json"
-        want = {"store": json.loads((self.store128 / "bench.json").read_text()), "slots": slots, "entries": entries}
-        if stamp.exists() and json.loads(stamp.read_text()) == want:
-            return root, n
-        if root.exists():
-            shutil.rmtree(root)
-        link_prefix(self.data, self.store128, "rec128_indexed", spec.segments)
-        self.log(f"building a {slots}-slot / {entries}-entry index of {n} keys (once) ...")
-        idx = np.arange(n, dtype=np.int64)
-        hashes = _bench_key_hashes(idx)
-        per = spec.records_per_segment
-        phys = (idx // per) * spec.segment_size + (idx % per) * spec.record_size
-        ts = BASE_TS + idx // 1000
-        w = IndexFileWriter.create_in(root / "index", slots, entries, now_ms=BASE_TS, utc=True)
-        try:
-            put = w.put_hash
-            for h, p, s in zip(hashes.tolist(), phys.tolist(), ts.tolist(), strict=True):
-                if not put(h, p, s):
-                    raise RuntimeError("index file full")
-        finally:
-            w.close()
-        stamp.write_text(json.dumps(want))
-        return root, n
-
-    def b_lookup(self) -> None:
-        r, rs = self.rows["lookup_key"], self.rows["lookup_vs_scan"]
-        if not (cli_has("lookup") and module_exists("rmqdump.store.indexfile")):
-            r.result = rs.result = "n/a (module missing)"
-            return
-        from rmqdump.store.indexfile import IndexFileWriter  # noqa: F401  (the writer must exist)
-
-        root, n = self._index_store()
-        key = key_for(n * 2 // 3)
-        base = min(run_child([*RMQDUMP, "--version"])[0] for _ in range(self.repeat + 2))
-        cmd = [*RMQDUMP, "lookup", str(root), "--key", key, "--topic", TOPIC.decode(), "-f", "jsonl", "-q"]
-        out = self.out / "lookup.jsonl"
-        with open(out, "wb") as f:
-            run_child(cmd, stdout=f)
-        hits = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-        if len(hits) != 1 or hits[0].get("keys") != [key]:
-            raise RuntimeError(f"lookup --key {key} returned {len(hits)} records")
-        t = min(run_child(cmd)[0] for _ in range(self.repeat + 2))
-        after = max(t - base, 1e-4)
-        r.figure = f"{after * 1e3:.1f} ms after start ({t * 1e3:.0f} ms wall)"
-        r.reference = f"start-up {base * 1e3:.0f} ms (rmqdump --version)"
-        r.ratio = f"{after / 0.05:.2f} x target"
-        mark(r, after <= 0.05)
-        r.note = f"{n} keys in the index"
-        if {"lookup_vs_scan", "lookup_scan"} & self.skip:
-            rs.result = "skipped"
-            return
-        scan_cmd = [*cmd, "--scan"]
-        ts = min(run_child(scan_cmd, timeout=3600)[0] for _ in range(1 if not self.quick else 2))
-        scan_after = max(ts - base, 1e-4)
-        rs.figure = f"scan fallback {scan_after:.2f} s vs lookup {after * 1e3:.1f} ms"
-        rs.reference = "lookup --key --scan, same store"
-        rs.ratio = f"{scan_after / after:.0f} x"
-        mark(rs, scan_after / after >= 1000)
-        rs.note = f"{self.spec128.total_bytes / GiB:.3g} GiB commitlog of 128 B records"
-
-    def b_help(self) -> None:
-        r = self.rows["help_wall"]
-        t = min(run_child([*RMQDUMP, "--help"])[0] for _ in range(self.repeat + 4))
-        r.figure = f"{t:.3f} s"
-        r.reference = "absolute target"
-        r.ratio = f"{t / 0.3:.2f} x limit"
-        mark(r, t <= 0.3)
-
-    # memory ---------------------------------------------------------------------------------------------------
-    def b_rss(self) -> None:
-        size = self.spec1k.total_bytes
-        what = f"{size / GiB:.3g} GiB" if size >= GiB else f"{size / MiB:.3g} MiB"
-        rows = {
-            "rss_scan": ([*RMQDUMP, "scan", "-q", "-f", "jsonl", "--topic", "__no_such_topic__", str(self.store1k)],
-                         "scan"),
-            "rss_verify": ([*RMQDUMP, "verify", "--commitlog-only", "-q", "-f", "json", str(self.store1k)], "verify"),
-            "rss_fastwalk": ([sys.executable, "-c", _FASTWALK_RSS, str(self.store1k)], None),
-            "rss_export": ([*RMQDUMP, "export", "-q", "--overwrite", str(self.store1k), "--to",
-                            str(self.out / "rss-export.parquet")], "export"),
-        }
-        for key, (cmd, command) in rows.items():
-            r = self.rows[key]
-            r.label = r.label.replace("4 GiB", what)
-            if command is not None and not cli_has(command):
-                r.result = "n/a (module missing)"
-                continue
-            if command is None and not module_exists("numba"):
-                r.result = "n/a (numba missing)"
-                continue
-            try:
-                wall, rss, _ = run_child(cmd, timeout=3600)
-            except Exception as e:
-                r.result = f"error: {str(e)[:160]}"
-                continue
-            r.figure = f"{rss / 1e6:.0f} MB ({wall:.1f} s, {size / wall / 1e9:.2f} GB/s)"
-            r.reference = "absolute target"
-            r.ratio = f"{rss / 200e6:.2f} x limit"
-            mark(r, rss <= 200e6)
-
-    # Spark ------------------------------------------------------------------------------------------------------
-    def b_spark(self) -> None:
-        r1, r2 = self.rows["spark_per_core"], self.rows["spark_scaling"]
-        if not (module_exists("rmqdump.spark") and module_exists("pyspark") and module_exists("rmqdump.rows.export")):
-            r1.result = r2.result = "n/a (module missing)"
-            return
-        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-            r1.result = r2.result = "n/a (no Java)"
-            return
-        store = self.store_e2e
-        # The per-core reference is the single-process export on ONE core: unpinned, rmqdump.rows.export
-        # encodes Parquet on a second thread while the main thread decodes, i.e. it uses up to two
-        # cores, which would make "per core" compare one Spark core with two (shown in the note).
-        single = single_1core = 0.0
-        cpus = os.sched_getaffinity(0)
-        for _ in range(self.heavy_repeat):
-            single = max(single, self._single_export(store, self.out / "export-ref.parquet")["rows_per_s"])
-            os.sched_setaffinity(0, {min(cpus)})  # this thread, and the encoder thread export() starts
-            try:
-                single_1core = max(single_1core,
-                                   self._single_export(store, self.out / "export-ref.parquet")["rows_per_s"])
-            finally:
-                os.sched_setaffinity(0, cpus)
-        res = {}
-        for cores in (1, 2):
-            out = self.out / f"spark-local{cores}"
-            if out.exists():
-                shutil.rmtree(out)
-            jf = self.out / f"spark-local{cores}.json"
-            cmd = [sys.executable, "-c", _SPARK_EXPORT, f"local[{cores}]", str(store), str(out), str(jf),
-                   str(self.heavy_repeat)]
-            run_child(cmd, timeout=3600)
-            res[cores] = json.loads(jf.read_text())
-        per_core = res[2]["rows_per_s"] / 2
-        r1.figure = f"{per_core / 1e3:.0f} k rec/s per core (local[2]: {res[2]['rows_per_s'] / 1e3:.0f} k rec/s)"
-        r1.reference = f"{single_1core / 1e3:.0f} k rec/s single-process export on 1 core"
-        r1.ratio = f"{per_core / single_1core:.2f} x"
-        mark(r1, per_core / single_1core >= 0.5)
-
-        def tasks(r: dict) -> str:
-            t = r.get("tasks") or []
-            cpu = sum(x["cpu_seconds"] for x in t) / max(1, len(t))
-            wall = sum(x["seconds"] for x in t) / max(1, len(t))
-            return f"{len(t)} tasks of {wall:.2f} s ({cpu:.2f} s CPU) in a {r['seconds']:.2f} s job"
-
-        r1.note = (f"unpinned single-process export {single / 1e3:.0f} k rec/s; local[2]: {tasks(res[2])}; "
-                   f"not timed: session start {res[2]['session_seconds']:.1f} s, "
-                   f"Python worker start {res[2]['warmup_seconds']:.1f} s")
-        scale = res[2]["rows_per_s"] / res[1]["rows_per_s"]
-        r2.figure = f"local[2] {res[2]['rows_per_s'] / 1e3:.0f} k rec/s"
-        r2.reference = f"local[1] {res[1]['rows_per_s'] / 1e3:.0f} k rec/s"
-        r2.ratio = f"{scale:.2f} x"
-        mark(r2, scale >= 1.7)
-        r2.note = f"{self.e2e_bytes // self.spec1k.segment_size} segments = tasks; local[1]: {tasks(res[1])}"
-
-    # bulk append ---------------------------------------------------------------------------------------------------
-    def b_append(self) -> None:
-        r = self.rows["bulk_append"]
-        if not module_exists("rmqdump.write.appender"):
-            r.result = "n/a (module missing)"
-            return
-        from rmqdump.write.appender import bulk_append
-        from rmqdump.write.writer import MessageSpec
-
-        total = (8 if self.quick else 256) * MiB
-        body = bytes(range(256)) * 4
-        n = total // 1100
-        best_rate, res = 0.0, None
-        for _ in range(self.heavy_repeat):
-            store = self.out / "append-store"
-            if store.exists():
-                shutil.rmtree(store)
-            specs = (MessageSpec(topic="BenchAppend", body=body, queue_id=i % QUEUES, keys=f"a{i}",
-                                 born_timestamp=BASE_TS, store_timestamp=BASE_TS) for i in range(n))
-            res = bulk_append(store, specs, batch_bytes=4 * MiB, create=True)
-            best_rate = max(best_rate, res.mb_per_s)
-        r.figure = f"{best_rate:.0f} MB/s ({res.records} records, {res.bytes / MiB:.0f} MiB, {res.commits} fsyncs)"
-        r.reference = "absolute target"
-        r.ratio = f"{best_rate / 200:.2f} x target"
-        mark(r, best_rate >= 200)
-        r.note = "library API, 1 KiB bodies, index built"
-
-
-def _bench_key_hashes(idx: np.ndarray) -> np.ndarray:
-    """IndexFile keyHash of ``BenchTopic#<key_for(i)>`` for every i (vectorised Java hashCode)."""
-    from rmqdump.codec.javahash import index_key_hash
-
-    prefix = f"{TOPIC.decode()}#{key_for(0)[:1]}"
-    h = np.full(len(idx), 0, dtype=np.uint64)
-    m = np.uint64(0xFFFFFFFF)
-    for ch in prefix:
-        h = (h * np.uint64(31) + np.uint64(ord(ch))) & m
-    key_digits = len(key_for(0)) - 1
-    for k in range(key_digits - 1, -1, -1):
-        d = (idx // (10 ** k)) % 10 + 48
-        h = (h * np.uint64(31) + d.astype(np.uint64)) & m
-    signed = h.astype(np.int64)
-    signed = np.where(signed >= 1 << 31, signed - (1 << 32), signed)
-    out = np.where(signed == -(1 << 31), 0, np.abs(signed))
-    for i in (0, len(idx) // 2, len(idx) - 1):  # cross-check the vectorised hash
-        assert out[i] == index_key_hash(f"{TOPIC.decode()}#{key_for(int(idx[i]))}")
-    return out
-
-
-_FASTWALK_RSS = """
-import sys
-from rmqdump.fast import walk as fastwalk
-from rmqdump.store.commitlog import CommitLog
-cl = CommitLog.open(sys.argv[1])
-res = fastwalk.verify_segments(cl.segments, jobs=fastwalk.default_jobs())
-bad = [s for s in res if s.stop not in ("blank", "end")]
-sys.exit(1 if bad else 0)
-"""
-
-_SPARK_EXPORT = """
-import json, shutil, sys, time
-from pathlib import Path
-from rmqdump.spark.session import build_session
-from rmqdump.spark.jobs import export_throughput, warm_workers
-master, store, out, jf, repeat = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-t0 = time.perf_counter()
-spark = build_session(master)
-t1 = time.perf_counter()
-warm_workers(spark)  # the executors' Python workers start once per session, like the session itself
-t2 = time.perf_counter()
-best = None
-for _ in range(repeat):
-    if out.exists():
-        shutil.rmtree(out)
-    r = export_throughput(spark, [store], str(out), fmt="parquet", include_body=False)
-    if best is None or r["rows_per_s"] > best["rows_per_s"]:
-        best = r
-best["session_seconds"], best["warmup_seconds"] = t1 - t0, t2 - t1
-Path(jf).write_text(json.dumps(best))
-spark.stop()
-"""
-
-
-def machine_facts() -> dict[str, str]:
-    """CPU, cores, memory, kernel and library versions for the results file."""
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    mem = ""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        kb = int(Path("/proc/meminfo").read_text().split("\n")[0].split()[1])
-        mem = f"{kb / 1024 / 1024:.0f} GiB"
-    versions = []
-    for mod in ("numba", "numpy", "pyarrow", "pyspark"):
-        with contextlib.suppress(Exception):
-            from importlib.metadata import version
-
-            versions.append(f"{mod} {version(mod)}")
-    commit = ""
-    with contextlib.suppress(Exception):
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-    return {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit,
-        "load average (1/5/15 min) at the end": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "cpu": f"{cpu}, {os.cpu_count()} cores",
-        "memory": mem,
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "libraries": ", ".join(versions),
-    }
-
-
-def results_markdown(rows: dict[str, Row], facts: dict[str, str], args: argparse.Namespace, seconds: float) -> str:
-    misses = [r for r in rows.values() if r.result == "FAIL"]
-    other = [r for r in rows.values() if r.result.startswith(("n/a", "error", "skipped"))]
-    lines = [
-        "# rmqdump benchmark results", "",
-        f"Command: `python -m bench.run{' --quick' if args.quick else ''} --size-gib {args.size_gib}"
-        f"{f' --big-gib {args.big_gib:g}' if getattr(args, 'big_gib', 0) else ''}"
-        f"{' --skip ' + ' '.join(args.skip) if getattr(args, 'skip', None) else ''}"
-        f" --repeat {args.repeat or (1 if args.quick else 3)} --write-results` ({seconds:.0f} s)", "",
-        "The machine may be shared (2 cores, other jobs running): figures can move by +-50%; read the ratios.", "",
-        *[f"- {k}: {v}" for k, v in facts.items()], "",
-        "Ratios compare figures with references measured in the same run (best of the repetitions).", "",
-        render_table(rows),
-    ]
-    if misses:
-        lines += ["Missed targets:", "", *[f"- {r.label}: {r.figure} ({r.ratio}; target {r.target})" for r in misses], ""]
-    if other:
-        lines += ["Not measured:", "", *[f"- {r.label}: {r.result}" for r in other], ""]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
