@@ -170,7 +170,7 @@ class HeavyRows:
         r1.figure = f"{per_core / 1e3:.0f} k rec/s per core (local[2]: {res[2]['rows_per_s'] / 1e3:.0f} k rec/s)"
         r1.reference = f"{single_1core / 1e3:.0f} k rec/s single-process export on 1 core"
         r1.ratio = f"{per_core / single_1core:.2f} x"
-        mark(r1, per_core / single_1core >= 0.5)
+        mark(r1, per_core / single_1core >= 0.8)
 
         def tasks(r: dict) -> str:
             t = r.get("tasks") or []
