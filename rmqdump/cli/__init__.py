@@ -1,12 +1,12 @@
-"""rmqdump command line: a thin click layer over the library (lazy-loaded per command)."""
+"""rmqdump command line: a thin click layer over the library (lazy-loaded per command).
+
+Importing this package loads neither click nor any command: ``main`` answers ``rmqdump --version`` by
+itself, and the click group (:mod:`rmqdump.cli.app`) is built on first use of ``cli``.
+"""
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
-
-import click
 
 from rmqdump import __version__
 
@@ -51,107 +51,42 @@ def missing_extra_message(e: ImportError, command: str | None) -> str | None:
     return f"{what} needs {top}, which is not installed: pip install 'rmqdump[{extra}]'"
 
 
-class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
+def __getattr__(name: str):
+    # the click group and its class, built on first use (``from rmqdump.cli import cli``)
+    if name == "cli":
+        return _group()
+    if name == "LazyGroup":
+        from rmqdump.cli.app import LazyGroup
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        spec = COMMANDS.get(name)
-        if spec is None:
-            return None
-        module = importlib.import_module(spec[0])
-        return getattr(module, spec[1])
-
-    def invoke(self, ctx: click.Context):
-        from rmqdump.errors import RmqdumpError
-
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:
-            # the reader went away (`| head`): stop quietly with 0, as `git log | head` does (click itself
-            # would exit 1, which `set -o pipefail` reads as "damage found")
-            _silence_stdout()
-            ctx.exit(0)
-        except ImportError as e:
-            msg = missing_extra_message(e, ctx.invoked_subcommand)
-            if msg is None or (ctx.obj or {}).get("traceback"):
-                raise
-            click.echo(f"rmqdump: error: {msg}", err=True)
-            ctx.exit(2)
-        except (RmqdumpError, OSError) as e:
-            if (ctx.obj or {}).get("traceback"):
-                raise
-            if isinstance(e, RmqdumpError):
-                msg = str(e)
-            else:
-                msg = (f"{e.filename}: " if getattr(e, "filename", None) else "") + (e.strerror or str(e))
-            from rmqdump.cli.output import escape_control
-
-            click.echo(f"rmqdump: error: {escape_control(msg)}", err=True)  # one line, whatever it quotes
-            ctx.exit(2)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
-        with formatter.section("Commands"):
-            formatter.write_dl(rows)
+        return LazyGroup
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", prog_name="rmqdump")
-@click.option("--traceback", is_flag=True, help="Show Python tracebacks instead of one-line errors (debugging).")
-@click.option("--evidence", "evidence_file", type=click.Path(dir_okay=False, path_type=str), default=None,
-              help="Write a manifest (path, size, sha256, mtime of every file read; version; geometry) to FILE.")
-@click.pass_context
-def cli(ctx: click.Context, traceback: bool, evidence_file: str | None) -> None:
-    """Forensic toolkit for Apache RocketMQ broker stores.
+def _group():
+    group = globals().get("cli")
+    if group is None:
+        from rmqdump.cli.app import build
 
-    Reads commitlog, consumequeue, index, checkpoint and config files offline. Read-only
-    commands never modify the store. Exit codes: 0 ok, 1 findings (damage found),
-    2 error (bad input or usage).
-    """
-    ctx.ensure_object(dict)
-    ctx.obj["traceback"] = traceback
-    if evidence_file:
-        from rmqdump.disk import evidence
-
-        evidence.start()
-        ctx.call_on_close(lambda: _finish_evidence(evidence_file))
-
-
-def _finish_evidence(path: str) -> None:
-    """After the command: hash every file it read into the manifest (an error here exits 2)."""
-    from rmqdump import __version__
-    from rmqdump.disk import evidence
-    from rmqdump.errors import RmqdumpError
-    from rmqdump.store.geometry import layout_summary
-
-    try:
-        evidence.write_evidence(path, version=__version__, geometry=layout_summary)
-    except RmqdumpError as e:
-        click.echo(f"rmqdump: error: {e}", err=True)
-        raise click.exceptions.Exit(2) from None
-
-
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe."""
-    from rmqdump.disk.durable import open_devnull
-
-    try:
-        devnull = open_devnull()
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
+        globals()["cli"] = group = build(COMMANDS, missing_extra_message)
+    return group
 
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point (errors become one line and exit 2 inside the group)."""
     try:
-        cli.main(args=argv, prog_name="rmqdump")
+        if (sys.argv[1:] if argv is None else argv) == ["--version"]:
+            # click's own answer and exit, without importing click (start-up time)
+            sys.stdout.write(f"rmqdump, version {__version__}\n")
+            sys.stdout.flush()
+            sys.exit(0)
+        _group().main(args=argv, prog_name="rmqdump")
     except BrokenPipeError:
-        _silence_stdout()
+        from rmqdump.cli.app import silence_stdout
+
+        silence_stdout()
         sys.exit(0)
     except KeyboardInterrupt:
+        import click
+
         click.echo("rmqdump: interrupted", err=True)
         sys.exit(130)
