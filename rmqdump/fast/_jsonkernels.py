@@ -220,6 +220,38 @@ def _ld_be64(typingctx, arr, idx):
     return sig, codegen
 
 
+@intrinsic
+def _memcpy(typingctx, dst, d, src, s, n):
+    """Copy ``src[s:s+n]`` to ``dst[d:d+n]`` (uint8 arrays, no overlap) with one ``memcpy``."""
+    sig = types.void(dst, d, src, s, n)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+
+        da = context.make_array(signature.args[0])(context, builder, args[0])
+        sa = context.make_array(signature.args[2])(context, builder, args[2])
+        cgutils.raw_memcpy(builder, builder.gep(da.data, [args[1]]), builder.gep(sa.data, [args[3]]), args[4], 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def _bits(typingctx, u):
+    """The bit length of a uint64 (``64 - ctlz``; 0 for 0)."""
+    sig = types.int64(u)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        name = "llvm.ctlz.i64"
+        fn = builder.module.globals.get(name) or ir.Function(
+            builder.module, ir.FunctionType(i64, [i64, ir.IntType(1)]), name=name)
+        z = builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 0)])
+        return builder.sub(ir.Constant(i64, 64), z)
+
+    return sig, codegen
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _ahead(buf, i, n, topic_start, props_start):
     """Prefetch the topic and properties of row ``i + PREFETCH_AHEAD``."""
@@ -249,7 +281,7 @@ def _ch(out, o, c):
     return o + 1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _int(out, o, v):
     """Decimal of a signed 64-bit value (as Python's repr), two digits per division."""
     if 0 <= v < 10:
@@ -261,9 +293,8 @@ def _int(out, o, v):
         u = np.uint64(-(v + 1)) + np.uint64(1)
     else:
         u = np.uint64(v)
-    n = 1
-    while n < 20 and u >= _POW10[n]:
-        n += 1
+    t = (_bits(u) * 1233) >> 12  # floor(log10(u)) or one more
+    n = t + 1 if u >= _POW10[t] else t
     p = o + n
     c100 = np.uint64(100)
     while u >= c100:
@@ -282,7 +313,7 @@ def _int(out, o, v):
     return o + n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _utf8_ok(buf, s, n):
     """Whether ``buf[s:s+n]`` is strict UTF-8 (Python's decoder: no surrogates, no overlongs)."""
     j = s
@@ -363,7 +394,7 @@ def _str(out, o, buf, s, n):
     return o
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _qstr(out, o, buf, s, n):
     out[o] = 34
     o = _str(out, o + 1, buf, s, n)
@@ -383,16 +414,14 @@ def _host(out, o, addr, port):
     return _int(out, o + 1, np.int64(port))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _host_memo(out, o, addr, port, memo, k):
     """:func:`_host`, copying the text rendered last time at ``out[memo[k, 2]:...]`` when the address and
     port are the same (a store has few hosts). ``memo[k]``: address (int), port, position, length."""
     key = (np.int64(addr[0]) << 24) | (np.int64(addr[1]) << 16) | (np.int64(addr[2]) << 8) | np.int64(addr[3])
     if memo[k, 2] >= 0 and memo[k, 0] == key and memo[k, 1] == port:
-        s = memo[k, 2]
         n = memo[k, 3]
-        for j in range(n):
-            out[o + j] = out[s + j]
+        _memcpy(out, o, out, memo[k, 2], n)
         return o + n
     e = _host(out, o, addr, port)
     memo[k, 0] = key
@@ -402,7 +431,7 @@ def _host_memo(out, o, addr, port, memo, k):
     return e
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _msg_id(out, o, addr, port, phys):
     """createMessageId of an IPv4 store host: upper-case hex of addr, port (int32 BE), offset (int64 BE)."""
     for k in range(4):
@@ -424,7 +453,7 @@ def _msg_id(out, o, addr, port, phys):
     return o
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _java_hash(buf, s, n):
     """Java String.hashCode of valid UTF-8 bytes (over UTF-16 code units), signed 32-bit."""
     h = np.int64(0)
@@ -456,7 +485,7 @@ def _java_hash(buf, s, n):
     return h
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _eq(buf, s, n, lit):
     if n != lit.size:
         return False
@@ -466,7 +495,7 @@ def _eq(buf, s, n, lit):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _same(buf, s1, n1, s2, n2):
     if n1 != n2:
         return False
@@ -476,7 +505,7 @@ def _same(buf, s1, n1, s2, n2):
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _parse_props(buf, ps, pl, sc):
     """``parse_properties`` of valid UTF-8 ``buf[ps:ps+pl]`` into ``sc`` rows (name start, name len,
     value start, value len): dict semantics (a repeated name keeps its first place, takes the last value).
@@ -514,7 +543,7 @@ def _parse_props(buf, ps, pl, sc):
     return k
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _find(buf, sc, k, lit):
     for q in range(k):
         if _eq(buf, sc[q, 0], sc[q, 1], lit):
@@ -522,7 +551,7 @@ def _find(buf, sc, k, lit):
     return -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _needs_python(buf, sys_flag, ts, tl, ps, pl, decompress, schedule):
     """Whether a record must be rendered by the pure path (see the module docs); ``schedule``:
     also a record of the delay topic."""
@@ -535,7 +564,7 @@ def _needs_python(buf, sys_flag, ts, tl, ps, pl, decompress, schedule):
     return not (_utf8_ok(buf, ts, tl) and _utf8_ok(buf, ps, pl))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _d2(out, o, v):
     """Two decimal digits of ``0 <= v < 100``."""
     out[o] = _DIGITS2[2 * v]
@@ -543,7 +572,7 @@ def _d2(out, o, v):
     return o + 2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _iso_ms(out, o, ms):
     """``"YYYY-MM-DDTHH:MM:SS.mmm`` of a UTC millisecond time in 1970..9999 (Python's
     ``datetime.isoformat(timespec="milliseconds")``; the caller adds the zone and the quote)."""
@@ -626,8 +655,7 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
         o = _lit(out, o, KT, KO, 0)
         o = _int(out, o, seg_start + fp)
         o = _lit(out, o, KT, KO, 1)
-        for j in range(fname.size):
-            out[o + j] = fname[j]
+        _memcpy(out, o, fname, 0, fname.size)
         o += fname.size
         o = _lit(out, o, KT, KO, 2)
         o = _int(out, o, fp)
@@ -739,8 +767,7 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
         if tail.size == 0:
             o = _lit(out, o, KT, KO, 28)
         else:
-            for j in range(tail.size):
-                out[o + j] = tail[j]
+            _memcpy(out, o, tail, 0, tail.size)
             o += tail.size
             o = _lit(out, o, NT, NO, N_TRUE if crc_ok[i] != 0 else N_NULL)
             o = _lit(out, o, NT, NO, N_STORE_TIME)
@@ -756,7 +783,7 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
     return o, i, CODE_DONE, emitted
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _hex(out, o, buf, s, n):
     """Lower-case hex of ``buf[s:s+n]``, 4 bytes -> 8 digits per store (the last step may write up to
     6 bytes past the digits: the record bound keeps that slack)."""
@@ -777,7 +804,7 @@ def _hex(out, o, buf, s, n):
     return o
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _base64(out, o, buf, s, n):
     """Standard base64 (with padding) of ``buf[s:s+n]``: 12 bits -> 2 characters by table; 6 bytes -> 8
     characters per step while an 8-byte load stays inside ``buf``, then 3 -> 4."""
