@@ -21,6 +21,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import carray, cfunc, njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from rmqdump.codec.layout import (
@@ -288,19 +289,130 @@ def make_crc_tables() -> np.ndarray:
 
 CRC_TABLES = make_crc_tables()
 
-# Folding constants for the reflected CRC-32 polynomial (Intel's "Fast CRC Computation for
-# Generic Polynomials Using PCLMULQDQ"; the same values as Linux crc32-pclmul_asm.S).
-_K1 = np.uint64(0x154442BD4)  # x^(4*128+32) mod P, reflected: fold by 512 bits
-_K2 = np.uint64(0x1C6E41596)  # x^(4*128-32)
-_K3 = np.uint64(0x1751997D0)  # fold by 128 bits
-_K4 = np.uint64(0x0CCAA009E)
-_K5 = np.uint64(0x163CD6124)  # 64 -> 32-bit fold
+# Folding constants for the reflected CRC-32 polynomial (the method of Intel's "Fast CRC Computation
+# for Generic Polynomials Using PCLMULQDQ"), derived by :func:`fold_constant` (tests check them):
+# a 128-bit lane (lo, hi) moved forward by D bytes is clmul(lo, x^(8D+32)) ^ clmul(hi, x^(8D-32)).
+_FOLD_128 = (0x1E88EF372, 0x14A7FE880)  # D = 128: eight lanes per loop step
+_FOLD_64 = (0x154442BD4, 0x1C6E41596)  # D = 64: four lanes
+_FOLD_32 = (0x0F1DA05AA, 0x15A546366)  # D = 32: four lanes -> two
+_FOLD_16 = (0x1751997D0, 0x0CCAA009E)  # D = 16: two lanes -> one, then 16-byte blocks
+_K3 = np.uint64(_FOLD_16[0])
+_K4 = np.uint64(_FOLD_16[1])  # also x^96: 128 -> 96 bits
+_K5 = np.uint64(0x163CD6124)  # x^64: 96 -> 64 bits
 _P = np.uint64(0x1DB710641)  # P(x)' (Barrett)
 _U = np.uint64(0x1F7011641)  # u' (Barrett)
 _M32 = np.uint64(0xFFFFFFFF)
 _S8 = np.uint64(8)
 _S32 = np.uint64(32)
 _FF = np.uint64(0xFF)
+_FOLD_PREFETCH = 1024  # bytes the eight-lane loop prefetches ahead (as ISA-L)
+
+
+def fold_constant(n: int) -> int:
+    """x^n mod P(x) for CRC-32's P = 0x104C11DB7, bit-reflected and shifted left by one (the
+    33-bit operand form PCLMULQDQ folding uses for the reflected CRC)."""
+    r = 1
+    for _ in range(n):
+        r <<= 1
+        if r >> 32:
+            r ^= 0x104C11DB7
+    return int(f"{r:032b}"[::-1], 2) << 1
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _fold_soft(buf, s, e, c):
+    """:func:`clmul_fold` where PCLMULQDQ is missing: one lane, scalar carry-less multiplies."""
+    a = ld_le64(buf, s) ^ c
+    b = ld_le64(buf, s + 8)
+    p = s + 16
+    while p + 16 <= e:
+        x0, y0 = clmul(a, _K3)
+        x1, y1 = clmul(b, _K4)
+        a = x0 ^ x1 ^ ld_le64(buf, p)
+        b = y0 ^ y1 ^ ld_le64(buf, p + 8)
+        p += 16
+    return a, b, p
+
+
+def _fold_ir(context, builder, aryty, ary_val, s, e, c):
+    """LLVM IR of :func:`clmul_fold`: the lanes stay in xmm registers (<2 x i64>), two PCLMULQDQ
+    (imm 0x00 and 0x11 against (k_lo, k_hi)) and an xor with the next 16 bytes per lane and step."""
+    i8, i32, i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    v2 = ir.VectorType(i64, 2)
+    base = context.make_array(aryty)(context, builder, ary_val).data
+    pclmul = builder.module.declare_intrinsic("llvm.x86.pclmulqdq", fnty=ir.FunctionType(v2, [v2, v2, i8]))
+    pfetch = builder.module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(
+        ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]))
+    k128, k64, k32, k16 = (ir.Constant(v2, [ir.Constant(i64, lo), ir.Constant(i64, hi)])
+                           for lo, hi in (_FOLD_128, _FOLD_64, _FOLD_32, _FOLD_16))
+
+    def at(pos, off):
+        return builder.gep(base, [builder.add(pos, ir.Constant(i64, off))])
+
+    def load(pos, off):
+        return builder.load(builder.bitcast(at(pos, off), v2.as_pointer()), align=1)
+
+    def fold(x, k, d):
+        lo = builder.call(pclmul, [x, k, ir.Constant(i8, 0x00)])
+        hi = builder.call(pclmul, [x, k, ir.Constant(i8, 0x11)])
+        return builder.xor(builder.xor(lo, hi), d)
+
+    def fold_lanes(n, k, src):  # lanes[i] = fold(lanes[i], k, src(i)), i < n
+        for i in range(n):
+            builder.store(fold(builder.load(lanes[i]), k, src(i)), lanes[i])
+
+    def loop(step, body):  # while p + step <= e: body(p); p += step
+        cond, blk, end = (builder.append_basic_block(f"crcfold.{n}") for n in ("cond", "body", "end"))
+        builder.branch(cond)
+        builder.position_at_end(cond)
+        p = builder.load(pv)
+        builder.cbranch(builder.icmp_signed("<=", builder.add(p, ir.Constant(i64, step)), e), blk, end)
+        builder.position_at_end(blk)
+        body(p)
+        builder.store(builder.add(p, ir.Constant(i64, step)), pv)
+        builder.branch(cond)
+        builder.position_at_end(end)
+
+    def step128(p):
+        for off in (_FOLD_PREFETCH, _FOLD_PREFETCH + 64):  # a hint: never faults past the end
+            builder.call(pfetch, [at(p, off), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        fold_lanes(8, k128, lambda i: load(p, 16 * i))
+
+    pv = cgutils.alloca_once(builder, i64)
+    lanes = [cgutils.alloca_once(builder, v2) for _ in range(8)]
+    seed = builder.insert_element(ir.Constant(v2, None), c, ir.Constant(i32, 0))
+    with builder.if_else(builder.icmp_signed(">=", builder.sub(e, s), ir.Constant(i64, 128))) as (wide, narrow):
+        for n, branch in ((8, wide), (4, narrow)):
+            with branch:
+                for i in range(n):
+                    builder.store(builder.xor(load(s, 0), seed) if i == 0 else load(s, 16 * i), lanes[i])
+                builder.store(builder.add(s, ir.Constant(i64, 16 * n)), pv)
+                if n == 8:
+                    loop(128, step128)
+                    fold_lanes(4, k64, lambda i: builder.load(lanes[i + 4]))  # 8 lanes -> 4
+    loop(64, lambda p: fold_lanes(4, k64, lambda i: load(p, 16 * i)))
+    fold_lanes(2, k32, lambda i: builder.load(lanes[i + 2]))  # 4 lanes -> 2
+    fold_lanes(1, k16, lambda i: builder.load(lanes[1]))  # 2 lanes -> 1
+    loop(16, lambda p: fold_lanes(1, k16, lambda i: load(p, 0)))
+    w = builder.load(lanes[0])
+    return [builder.extract_element(w, ir.Constant(i32, 0)), builder.extract_element(w, ir.Constant(i32, 1)),
+            builder.load(pv)]
+
+
+@intrinsic
+def clmul_fold(typingctx, buf, s, e, c):
+    """Fold ``buf[s:e]`` (``e - s >= 64``; ``c`` the pre-inverted CRC state, xored into the first
+    bytes) into one 128-bit remainder -> (low, high, p): every whole 16-byte block up to ``p`` is
+    consumed, ``buf[p:e]`` (< 16 bytes) is not. Eight lanes of 128 bits per 128-byte step (eight
+    independent PCLMULQDQ chains hide its latency), then 4, 2, 1 lanes."""
+    sig = types.Tuple((types.uint64, types.uint64, types.int64))(buf, types.int64, types.int64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        if not HAVE_CLMUL:
+            return context.compile_internal(builder, _fold_soft.py_func, signature, args)
+        return context.make_tuple(builder, signature.return_type, _fold_ir(context, builder, signature.args[0], *args))
+
+    return sig, codegen
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -320,66 +432,26 @@ def crc_update_table(c, buf, s, e, t):
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def crc_reduce(a, b):
+    """The (pre-inverted) CRC state of the 128-bit remainder (a low, b high) of a fold."""
+    x0, y0 = clmul(a, _K4)  # 128 -> 96 bits (adds 32 zero bits), 96 -> 64, then Barrett 64 -> 32
+    lo = b ^ x0
+    t2 = (lo >> _S32) | (y0 << _S32)
+    x0, y0 = clmul(lo & _M32, _K5)
+    lo = x0 ^ t2
+    q, _ = clmul(lo & _M32, _U)
+    q, _ = clmul(q & _M32, _P)
+    return ((lo ^ q) >> _S32) & _M32
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def crc_update_clmul(c, buf, s, e, t):
-    """Continue the (pre-inverted) CRC state ``c`` over ``buf[s:e]``: four-lane PCLMULQDQ
-    folding over 64-byte blocks, then 16-byte folds, Barrett reduction, table for the tail."""
+    """Continue the (pre-inverted) CRC state ``c`` over ``buf[s:e]``: PCLMULQDQ folding of the
+    whole 16-byte blocks (:func:`clmul_fold`, from 64 bytes on), Barrett reduction, table for the tail."""
     p = s
     if e - s >= 64:
-        a0 = ld_le64(buf, p) ^ c
-        b0 = ld_le64(buf, p + 8)
-        a1 = ld_le64(buf, p + 16)
-        b1 = ld_le64(buf, p + 24)
-        a2 = ld_le64(buf, p + 32)
-        b2 = ld_le64(buf, p + 40)
-        a3 = ld_le64(buf, p + 48)
-        b3 = ld_le64(buf, p + 56)
-        p += 64
-        while p + 64 <= e:
-            x0, y0 = clmul(a0, _K1)
-            x1, y1 = clmul(b0, _K2)
-            a0 = x0 ^ x1 ^ ld_le64(buf, p)
-            b0 = y0 ^ y1 ^ ld_le64(buf, p + 8)
-            x0, y0 = clmul(a1, _K1)
-            x1, y1 = clmul(b1, _K2)
-            a1 = x0 ^ x1 ^ ld_le64(buf, p + 16)
-            b1 = y0 ^ y1 ^ ld_le64(buf, p + 24)
-            x0, y0 = clmul(a2, _K1)
-            x1, y1 = clmul(b2, _K2)
-            a2 = x0 ^ x1 ^ ld_le64(buf, p + 32)
-            b2 = y0 ^ y1 ^ ld_le64(buf, p + 40)
-            x0, y0 = clmul(a3, _K1)
-            x1, y1 = clmul(b3, _K2)
-            a3 = x0 ^ x1 ^ ld_le64(buf, p + 48)
-            b3 = y0 ^ y1 ^ ld_le64(buf, p + 56)
-            p += 64
-        x0, y0 = clmul(a0, _K3)
-        x1, y1 = clmul(b0, _K4)
-        a = x0 ^ x1 ^ a1
-        b = y0 ^ y1 ^ b1
-        x0, y0 = clmul(a, _K3)
-        x1, y1 = clmul(b, _K4)
-        a = x0 ^ x1 ^ a2
-        b = y0 ^ y1 ^ b2
-        x0, y0 = clmul(a, _K3)
-        x1, y1 = clmul(b, _K4)
-        a = x0 ^ x1 ^ a3
-        b = y0 ^ y1 ^ b3
-        while p + 16 <= e:
-            x0, y0 = clmul(a, _K3)
-            x1, y1 = clmul(b, _K4)
-            a = x0 ^ x1 ^ ld_le64(buf, p)
-            b = y0 ^ y1 ^ ld_le64(buf, p + 8)
-            p += 16
-        # 128 -> 96 bits (adds 32 zero bits), 96 -> 64, then Barrett 64 -> 32
-        x0, y0 = clmul(a, _K4)
-        lo = b ^ x0
-        hi = y0
-        t2 = (lo >> _S32) | (hi << _S32)
-        x0, y0 = clmul(lo & _M32, _K5)
-        lo = x0 ^ t2
-        q, _ = clmul(lo & _M32, _U)
-        q, _ = clmul(q & _M32, _P)
-        c = ((lo ^ q) >> _S32) & _M32
+        a, b, p = clmul_fold(buf, s, e, c)
+        c = crc_reduce(a, b)
     return crc_update_table(c, buf, p, e, t)
 
 
