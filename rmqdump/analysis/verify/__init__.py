@@ -143,6 +143,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rmqdump.analysis.verify import pipeline
 from rmqdump.analysis.verify.compaction_checks import check_compaction
 from rmqdump.analysis.verify.epoch_checks import check_epochs
 from rmqdump.analysis.verify.index_checks import check_index
@@ -380,7 +381,29 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 findings += res.findings
     on_batch = getattr(cq_checker, "on_batch", None)
     batch_kw = {"on_batch": on_batch} if on_batch is not None and segment_verifier is None else {}
-    for seg in cl.segments if jobs <= 1 else ():
+    pipelined = jobs <= 1 and bool(batch_kw) and pipeline.wanted(cl.segments, use_mmap)
+    if pipelined:  # walk + record checks on a worker thread, the CQ join here (same records, same order)
+        def one_piped(seg, on_message, on_batch):
+            nonlocal done
+            cb = None
+            if progress is not None:
+                def cb(pos: int, base: int = done) -> None:
+                    progress(base + pos, total)
+            res = verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
+                                  max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
+                                  on_message=on_message, progress=cb, list_limit=list_limit,
+                                  max_findings_per_kind=max_findings_per_kind,
+                                  zero_start=seg.start == 0 and seg is cl.segments[0], on_batch=on_batch)
+            done += seg.size
+            return res
+
+        for seg, res in pipeline.verify_pipelined(cl.segments, one_piped, cq_checker.on_message, on_batch):
+            if isinstance(res, RmqdumpError):
+                findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(res)))
+                continue
+            results.append(res)
+            findings += res.findings
+    for seg in cl.segments if jobs <= 1 and not pipelined else ():
         cb = None
         if progress is not None:
             base = done

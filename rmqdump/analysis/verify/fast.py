@@ -351,9 +351,12 @@ class _FastSegment:
         seg = self.segment
         res = self.res
         np = fw._numpy()
+        # a sink on another thread reads the batches' bytes after the walk moved on: it releases the pages
+        sink = getattr(self.on_batch, "__self__", None)
+        sink = sink if getattr(sink, "defers_release", False) else None
         try:
             first = fw.FastSegmentWalk(segment=seg, start_pos=0, check_crc=self.check_crc,
-                                       max_record_size=self.max_record_size)
+                                       max_record_size=self.max_record_size, release_pages=sink is None)
         except StoreError:
             return None  # the pure path reports it in its own words
         if first.size != seg.size or first.size == 0:
@@ -370,12 +373,17 @@ class _FastSegment:
         columns = None
         try:
             while True:
+                if sink is not None:
+                    sink.start_walk(w)
                 try:
                     for batch in w:
                         self._batch(chk, batch)
                         end_offset = seg.start + int(batch["file_pos"][-1]) + int(batch["size"][-1])
                 finally:
-                    w.close()
+                    if sink is None:
+                        w.close()
+                    else:
+                        sink.end_walk(w)
                 columns = w.cols
                 st = w.stop
                 if st.kind in ("blank", "end"):
@@ -400,7 +408,8 @@ class _FastSegment:
                 if rec.kind == BODY_CRC:
                     self._track_damaged(st.pos)
                 w = fw.FastSegmentWalk(segment=seg, start_pos=nxt, check_crc=self.check_crc,
-                                       max_record_size=self.max_record_size, columns=columns)
+                                       max_record_size=self.max_record_size, columns=columns,
+                                       release_pages=sink is None)
         finally:
             t = self.t
             s = t.state
