@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -33,8 +34,16 @@ def __getattr__(name: str):
 
 
 FORMATS = ("table", "jsonl", "json", "csv")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_CONTROL = r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+_SURROGATE = r"[\ud800-\udfff]"
+_JSON_UNSAFE = r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+@functools.cache
+def _re(pattern: str) -> re.Pattern:
+    """``pattern`` compiled on first use: these character classes take milliseconds each to compile, which
+    start-up would pay in every command whether it prints such text or not."""
+    return re.compile(pattern)
 
 
 def escape_control(s: str) -> str:
@@ -45,24 +54,21 @@ def escape_control(s: str) -> str:
         c = ord(m.group())
         return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
-    return _CONTROL.sub(rep, s)
+    return _re(_CONTROL).sub(rep, s)
 
 
 def _dumps(obj, indent: int | None = None) -> str:
     """JSON text; a lone surrogate (undecodable bytes in a name) is written as a JSON escape, not a crash."""
     text = json.dumps(obj, ensure_ascii=False, indent=indent)
-    if _SURROGATE.search(text):
+    if not text.isascii() and _re(_SURROGATE).search(text):  # isascii: O(1), no surrogate
         text = json.dumps(obj, ensure_ascii=True, indent=indent)
     return text
-
-
-_JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def terminal_json(text: str) -> str:
     """JSON text for a terminal: DEL, C1 controls, line separators and bidi overrides (which ``json.dumps``
     leaves raw) become ``\\uNNNN`` escapes; the JSON value is the same."""
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _re(_JSON_UNSAFE).sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _stdout_is_terminal(out) -> bool:
@@ -74,7 +80,7 @@ def _stdout_is_terminal(out) -> bool:
 
 def _plain(s: str) -> str:
     """Text for CSV: lone surrogates spelled ``\\udcNN`` so the UTF-8 stream can take them."""
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
+    return _re(_SURROGATE).sub(lambda m: f"\\u{ord(m.group()):04x}", s)
 
 
 def _no_color() -> bool:

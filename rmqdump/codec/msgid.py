@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import calendar
 import functools
-import ipaddress
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from rmqdump.codec.layout import (
     MSG_ID_STORE_TAIL,
@@ -30,12 +27,16 @@ def _strict_hex(s: str, what: str) -> bytes:
 def format_host(addr: bytes, port: int) -> str:
     """``ip:port``; IPv6 as ``[addr]:port`` in compressed form (cached: a store has few hosts)."""
     if len(addr) == 4:
-        return f"{ipaddress.IPv4Address(addr)}:{port}"
+        return f"{addr[0]}.{addr[1]}.{addr[2]}.{addr[3]}:{port}"  # = str(IPv4Address), without importing it
+    import ipaddress
+
     return f"[{ipaddress.IPv6Address(addr).compressed}]:{port}"
 
 
 def parse_host(text: str) -> tuple[bytes, int]:
     """Inverse of :func:`format_host` (also accepts Java's ``ip|port`` spelling)."""
+    import ipaddress
+
     text = text.strip().replace("|", ":") if "|" in text else text.strip()
     try:
         if text.startswith("["):
@@ -103,6 +104,8 @@ def _month_start_ms(year: int, month: int) -> int:
     while month > 12:
         month -= 12
         year += 1
+    import calendar
+
     return calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
 
 
@@ -113,6 +116,8 @@ def _infer_creation(time_in_month: int, reference_ms: int) -> tuple[int, int] | 
     ``reference - TIME`` is close to that local month start; snapping it to a UTC month
     start shifted by a whole quarter hour (|offset| <= 14 h) recovers both.
     """
+    from datetime import datetime, timezone
+
     est = reference_ms - time_in_month
     dt = datetime.fromtimestamp(est / 1000, tz=timezone.utc)
     best = None
@@ -137,6 +142,8 @@ def decode_uniq_key(uniq_key: str, reference_ms: int | None = None) -> UniqKey:
         raise FormatError(f"UNIQ_KEY {uniq_key!r} must be 32 or 56 hex characters")
     raw = _strict_hex(s, "UNIQ_KEY")
     n = 4 if len(raw) == 16 else 16
+    import ipaddress
+
     ip = str(ipaddress.ip_address(raw[:n]))
     pid, classloader, t, counter = UNIQ_ID_TAIL.unpack(raw[n:])
     inferred = _infer_creation(t, reference_ms) if reference_ms is not None else None

@@ -24,16 +24,19 @@ from rmqdump.store.indexfile.layout import (
 )
 from rmqdump.store.indexfile.reader import LONG_MAX, IndexFile, IndexStore, QueryResult, list_index_files, slot_of
 from rmqdump.store.indexfile.reader import _bad_prev as _bad_prev
-from rmqdump.store.indexfile.writer import (
-    INDEX_FILE_NAME_LENGTH,
-    INT_MAX,
-    IndexBuilder,
-    IndexFileWriter,
-    build_index_entries,
-    build_index_keys,
-    index_file_name,
-    key_hashes,
-)
+
+#: the writer's names, imported on first use: a reader (``rmqdump lookup``) never loads the writer
+_WRITER = frozenset({"INDEX_FILE_NAME_LENGTH", "INT_MAX", "IndexBuilder", "IndexFileWriter", "build_index_entries",
+                     "build_index_keys", "index_file_name", "key_hashes"})
+
+
+def __getattr__(name: str):
+    if name in _WRITER:
+        from rmqdump.store.indexfile import writer
+
+        return getattr(writer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DEFAULT_GEOMETRY", "DEFAULT_INDEX_PER_SLOT", "INDEX_FILE_NAME_LENGTH", "INT_MAX", "LONG_MAX",
            "IndexBuilder", "IndexEntry", "IndexFile", "IndexFileWriter", "IndexGeometry", "IndexHeader",
