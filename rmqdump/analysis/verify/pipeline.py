@@ -17,6 +17,7 @@ from either thread, is raised in the caller, and the worker is stopped.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -28,6 +29,9 @@ DEPTH = 3
 #: records collected per ``on_message`` item
 MESSAGES = 1024
 _POLL = 0.05
+#: the GIL switch interval while both threads run: a thread coming back from a kernel call (which released the
+#: GIL) waits for the other to give it up, by default up to 5 ms each time
+SWITCH_INTERVAL = 0.0002
 
 
 class _Stopped(Exception):
@@ -136,6 +140,8 @@ def verify_pipelined(segments: Sequence, verify_one: Callable[[Any, Callable, Ca
                 return
 
     worker = threading.Thread(target=work, name="rmqdump-verify-walk", daemon=True)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(min(switch, SWITCH_INTERVAL))
     worker.start()
     failed: dict[int, RmqdumpError] = {}
     try:
@@ -168,3 +174,4 @@ def verify_pipelined(segments: Sequence, verify_one: Callable[[Any, Callable, Ca
     finally:
         stop.set()
         worker.join()
+        sys.setswitchinterval(switch)
