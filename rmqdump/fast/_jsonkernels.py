@@ -313,7 +313,7 @@ def _int(out, o, v):
     return o + n
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _utf8_ok(buf, s, n):
     """Whether ``buf[s:s+n]`` is strict UTF-8 (Python's decoder: no surrogates, no overlongs)."""
     j = s
@@ -431,7 +431,7 @@ def _host_memo(out, o, addr, port, memo, k):
     return e
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _msg_id(out, o, addr, port, phys):
     """createMessageId of an IPv4 store host: upper-case hex of addr, port (int32 BE), offset (int64 BE)."""
     for k in range(4):
@@ -453,7 +453,7 @@ def _msg_id(out, o, addr, port, phys):
     return o
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _java_hash(buf, s, n):
     """Java String.hashCode of valid UTF-8 bytes (over UTF-16 code units), signed 32-bit."""
     h = np.int64(0)
@@ -505,7 +505,7 @@ def _same(buf, s1, n1, s2, n2):
     return True
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _parse_props(buf, ps, pl, sc):
     """``parse_properties`` of valid UTF-8 ``buf[ps:ps+pl]`` into ``sc`` rows (name start, name len,
     value start, value len): dict semantics (a repeated name keeps its first place, takes the last value).
@@ -543,7 +543,7 @@ def _parse_props(buf, ps, pl, sc):
     return k
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _find(buf, sc, k, lit):
     for q in range(k):
         if _eq(buf, sc[q, 0], sc[q, 1], lit):
@@ -551,7 +551,7 @@ def _find(buf, sc, k, lit):
     return -1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _needs_python(buf, sys_flag, ts, tl, ps, pl, decompress, schedule):
     """Whether a record must be rendered by the pure path (see the module docs); ``schedule``:
     also a record of the delay topic."""
@@ -572,7 +572,7 @@ def _d2(out, o, v):
     return o + 2
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _iso_ms(out, o, ms):
     """``"YYYY-MM-DDTHH:MM:SS.mmm`` of a UTC millisecond time in 1970..9999 (Python's
     ``datetime.isoformat(timespec="milliseconds")``; the caller adds the zone and the quote)."""
@@ -783,7 +783,7 @@ def jsonl(buf, n, i0, out, cap, mode, decompress, seg_start, fname, select, use_
     return o, i, CODE_DONE, emitted
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _hex(out, o, buf, s, n):
     """Lower-case hex of ``buf[s:s+n]``, 4 bytes -> 8 digits per store (the last step may write up to
     6 bytes past the digits: the record bound keeps that slack)."""
@@ -804,7 +804,7 @@ def _hex(out, o, buf, s, n):
     return o
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _base64(out, o, buf, s, n):
     """Standard base64 (with padding) of ``buf[s:s+n]``: 12 bits -> 2 characters by table; 6 bytes -> 8
     characters per step while an 8-byte load stays inside ``buf``, then 3 -> 4."""
