@@ -89,18 +89,13 @@ class HeavyRows:
         rs.note = f"{self.spec128.total_bytes / GiB:.3g} GiB commitlog of 128 B records"
 
     def b_help(self) -> None:
-        v = self.rows["version_wall"]
-        t = min(run_child([*RMQDUMP, "--version"])[0] for _ in range(self.repeat + 4))
-        v.figure = f"{t * 1e3:.0f} ms"
-        v.reference = "absolute target"
-        v.ratio = f"{t / 0.06:.2f} x limit"
-        mark(v, t <= 0.06)
-        r = self.rows["help_wall"]
-        t = min(run_child([*RMQDUMP, "--help"])[0] for _ in range(self.repeat + 4))
-        r.figure = f"{t:.3f} s"
-        r.reference = "absolute target"
-        r.ratio = f"{t / 0.3:.2f} x limit"
-        mark(r, t <= 0.3)
+        for key, flag, limit in (("version_wall", "--version", 0.06), ("help_wall", "--help", 0.3)):
+            r = self.rows[key]
+            t = min(run_child([*RMQDUMP, flag])[0] for _ in range(self.repeat + 4))
+            r.figure = f"{t * 1e3:.0f} ms"
+            r.reference = "absolute target"
+            r.ratio = f"{t / limit:.2f} x limit"
+            mark(r, t <= limit)
 
     # memory ---------------------------------------------------------------------------------------------------
     def b_rss(self) -> None:

@@ -38,6 +38,7 @@ from bench.table import (  # noqa: E402
     GiB,
     MiB,
     Row,
+    against,
     best,
     cli_has,
     gbps,
@@ -399,10 +400,9 @@ class Bench(HeavyRows):
             r.result = "n/a (pyarrow missing)"
             return
         w_rate, n = ref
-        r.figure = f"{rate / 1e6:.2f} M rec/s (export, process start incl.)"
-        r.reference = f"pq.write_table {w_rate / 1e6:.2f} M rows/s ({n} rows read back from the export)"
-        r.ratio = f"{rate / w_rate:.2f} x write_table"
-        mark(r, rate >= 0.5 * w_rate)
+        against(r, f"{rate / 1e6:.2f} M rec/s (export, process start incl.)",
+                f"pq.write_table {w_rate / 1e6:.2f} M rows/s ({n} rows read back from the export)",
+                rate / w_rate, "write_table", 0.5)
 
     def b_scan_jsonl(self) -> None:
         r = self.rows["scan_jsonl"]
@@ -432,10 +432,9 @@ class Bench(HeavyRows):
             o.result = "n/a (pip install orjson)"
             return
         rate, n = ref
-        o.figure = f"{records / t / 1e3:.0f} k rec/s (scan, process start incl.)"
-        o.reference = f"orjson.dumps {rate / 1e3:.0f} k rows/s ({n} rows parsed back from scan's output)"
-        o.ratio = f"{records / t / rate:.2f} x orjson"
-        mark(o, records / t >= 0.5 * rate)
+        against(o, f"{records / t / 1e3:.0f} k rec/s (scan, process start incl.)",
+                f"orjson.dumps {rate / 1e3:.0f} k rows/s ({n} rows parsed back from scan's output)",
+                records / t / rate, "orjson", 0.5)
 
     # Parquet export --------------------------------------------------------------------------------------
     def _single_export(self, store: Path, out: Path) -> dict:

@@ -171,6 +171,12 @@ def cli_has(command: str) -> bool:
     return command in COMMANDS and module_exists(COMMANDS[command][0])
 
 
+def against(row: Row, figure: str, reference: str, ratio: float, what: str, floor: float) -> None:
+    """Fill ``row`` with a figure beside its same-run reference; pass when ``ratio >= floor``."""
+    row.figure, row.reference, row.ratio = figure, reference, f"{ratio:.2f} x {what}"
+    mark(row, ratio >= floor)
+
+
 def mark(row: Row, ok: bool | None) -> None:
     row.result = "info" if ok is None else ("pass" if ok else "FAIL")
 
