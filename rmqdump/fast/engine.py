@@ -193,11 +193,12 @@ def build_kernel_library(module: str, path: Path) -> None:
 
 
 def load_kernels(module: str, library_path: Callable[[], Path], symbols: Sequence[str], cfuncs: Sequence[str],
-                 make: Callable[..., Any]) -> Any:
+                 make: Callable[..., Any], jit: Callable[[], list] | None = None) -> Any:
     """``make(kind, *functions, keep=...)`` over the ``void f(void *)`` entry points of the kernel module ``module``
     (``rmqdump.fast._x``): first from its shared library at ``library_path()`` (``symbols``; built once under
     :func:`build_lock` when missing), else numba's JIT cfuncs ``cfuncs`` of the module (no compiler, read-only cache,
-    ``RMQDUMP_FAST_LIBRARY=0``, or ``make`` refusing the library). ``keep``: the ctypes thunks to keep alive."""
+    ``RMQDUMP_FAST_LIBRARY=0``, or ``make`` refusing the library); ``jit()``, when given, returns those entry points
+    instead. ``keep``: the ctypes thunks to keep alive."""
     errors = []
     if os.environ.get("RMQDUMP_FAST_LIBRARY", "1") != "0":
         try:
@@ -216,9 +217,12 @@ def load_kernels(module: str, library_path: Callable[[], Path], symbols: Sequenc
             return make(f"shared library {path}", *fns)
         except Exception as e:  # no compiler, read-only cache: numba's JIT instead
             errors.append(f"{type(e).__name__}: {e}")
-    kernels = importlib.import_module(module)
-    proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    fns = [proto(getattr(kernels, name).address) for name in cfuncs]
+    if jit is not None:
+        fns = jit()
+    else:
+        kernels = importlib.import_module(module)
+        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        fns = [proto(getattr(kernels, name).address) for name in cfuncs]
     return make("numba JIT" + (f" (library unavailable: {errors[0][:200]})" if errors else ""), *fns, keep=fns)
 
 
@@ -227,15 +231,14 @@ def build_library(path: Path) -> None:
     build_kernel_library("rmqdump.fast._kernels", path)
 
 
-def _load_library(path: Path) -> Backend:
-    lib = ctypes.CDLL(str(path))
-    fns = []
-    for name in ("rmqdump_walk", "rmqdump_crc32", "rmqdump_info", "rmqdump_vscan"):
-        fn = lib[name]
-        fn.argtypes = [ctypes.c_void_p]
-        fn.restype = None
-        fns.append(fn)
-    return Backend(f"shared library {path}", *fns)
+_SYMBOLS = ("rmqdump_walk", "rmqdump_crc32", "rmqdump_info", "rmqdump_vscan")
+
+
+def _make_backend(kind: str, *fns, keep=None) -> Backend:
+    b = Backend(kind, *fns)
+    if keep is not None:
+        b._keep = keep  # keep the ctypes thunks alive
+    return b
 
 
 def _import_fastkernels():
@@ -273,21 +276,8 @@ def backend() -> Backend:
         if _backend is not None:
             return _backend
         _numpy()
-        errors = []
-        if os.environ.get("RMQDUMP_FAST_LIBRARY", "1") != "0":
-            try:
-                path = library_path()
-                if not path.exists():
-                    with build_lock():
-                        if not path.exists():  # another process may have built it meanwhile
-                            build_library(path)
-                _backend = _load_library(path)
-                return _backend
-            except Exception as e:  # no compiler, read-only cache, foreign platform: JIT instead
-                errors.append(f"{type(e).__name__}: {e}")
-        _, fns = _import_fastkernels()
-        _backend = Backend("numba JIT" + (f" (library unavailable: {errors[0][:200]})" if errors else ""), *fns)
-        _backend._keep = fns  # keep the ctypes thunks alive
+        _backend = load_kernels("rmqdump.fast._kernels", library_path, _SYMBOLS, (), _make_backend,
+                                jit=lambda: _import_fastkernels()[1])
         return _backend
 
 

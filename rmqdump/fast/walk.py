@@ -48,7 +48,6 @@ from rmqdump.fast.engine import (  # noqa: F401 - the engine's names, re-exporte
     _as_array,
     _cpu_signature,
     _import_fastkernels,
-    _load_library,
     _np,
     _numpy,
     _toolchain_signature,
