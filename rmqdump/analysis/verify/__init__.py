@@ -350,6 +350,30 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     done = 0
     results: list[SegmentResult] = []
     jobs = _parallel_jobs(cl.segments, use_mmap) if cq_checker is None else 1
+
+    def run_one(seg, on_message, cb, **kw) -> SegmentResult:
+        return verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
+                               max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
+                               on_message=on_message, progress=cb, list_limit=list_limit,
+                               max_findings_per_kind=max_findings_per_kind,
+                               zero_start=seg.start == 0 and seg is cl.segments[0], **kw)
+
+    def from_base(base: int):
+        """The progress callback of a segment starting ``base`` bytes into the store (serial loops)."""
+        if progress is None:
+            return None
+
+        def cb(pos: int) -> None:
+            progress(base + pos, total)
+        return cb
+
+    def take(seg, res: SegmentResult | RmqdumpError) -> None:
+        if isinstance(res, RmqdumpError):
+            findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(res)))
+        else:
+            results.append(res)
+            findings.extend(res.findings)
+
     if jobs > 1:  # compiled walks release the GIL: segments in threads, merged in order
         from concurrent.futures import ThreadPoolExecutor
 
@@ -364,64 +388,33 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                         seen[key] = pos
                         progress(sum(seen.values()), total)
             try:
-                return verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
-                                       max_record_size=max_record_size, use_mmap=use_mmap,
-                                       file_label=seg_label(seg), on_message=None, progress=cb,
-                                       list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                                       zero_start=seg.start == 0 and seg is cl.segments[0])
+                return run_one(seg, None, cb)
             except RmqdumpError as e:
                 return e
 
         with ThreadPoolExecutor(max_workers=jobs) as ex:
             for seg, res in zip(cl.segments, ex.map(one, cl.segments), strict=True):
-                if isinstance(res, RmqdumpError):
-                    findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(res)))
-                    continue
-                results.append(res)
-                findings += res.findings
+                take(seg, res)
     on_batch = getattr(cq_checker, "on_batch", None)
     batch_kw = {"on_batch": on_batch} if on_batch is not None and segment_verifier is None else {}
     pipelined = jobs <= 1 and bool(batch_kw) and pipeline.wanted(cl.segments, use_mmap)
     if pipelined:  # walk + record checks on a worker thread, the CQ join here (same records, same order)
         def one_piped(seg, on_message, on_batch):
             nonlocal done
-            cb = None
-            if progress is not None:
-                def cb(pos: int, base: int = done) -> None:
-                    progress(base + pos, total)
-            res = verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
-                                  max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
-                                  on_message=on_message, progress=cb, list_limit=list_limit,
-                                  max_findings_per_kind=max_findings_per_kind,
-                                  zero_start=seg.start == 0 and seg is cl.segments[0], on_batch=on_batch)
+            res = run_one(seg, on_message, from_base(done), on_batch=on_batch)
             done += seg.size
             return res
 
         for seg, res in pipeline.verify_pipelined(cl.segments, one_piped, cq_checker.on_message, on_batch):
-            if isinstance(res, RmqdumpError):
-                findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(res)))
-                continue
-            results.append(res)
-            findings += res.findings
+            take(seg, res)
     for seg in cl.segments if jobs <= 1 and not pipelined else ():
-        cb = None
-        if progress is not None:
-            base = done
-
-            def cb(pos: int, base: int = base) -> None:
-                progress(base + pos, total)
         try:
-            res = verify_segment_(seg, file_size=cl.file_size, check_crc=check_crc, keep_going=keep_going,
-                                  max_record_size=max_record_size, use_mmap=use_mmap, file_label=seg_label(seg),
-                                  on_message=cq_checker.on_message if cq_checker else None, progress=cb,
-                                  list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                                  zero_start=seg.start == 0 and seg is cl.segments[0], **batch_kw)
+            res = run_one(seg, cq_checker.on_message if cq_checker else None, from_base(done), **batch_kw)
         except RmqdumpError as e:
-            findings.append(Finding(ERROR, "segment_unreadable", seg_label(seg), None, str(e)))
+            take(seg, e)
             continue
         done += seg.size
-        results.append(res)
-        findings += res.findings
+        take(seg, res)
     report.segments = results
     findings += merge_segments(results, cl.file_size, zero_start=cl.min_offset == 0)
     cache = RecordCache(cl, use_mmap)
