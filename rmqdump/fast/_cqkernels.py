@@ -18,6 +18,7 @@ from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from rmqdump.fast._jsonkernels import _TAGS, _find, _java_hash, _parse_props, _utf8_ok
 from rmqdump.fast._kernels import prefetch
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
+from rmqdump.fast._recordkernels import props_scan
 from rmqdump.fast.abi import (
     J_ARENA,
     J_ARENA_LEN,
@@ -27,6 +28,9 @@ from rmqdump.fast.abi import (
     J_BUF,
     J_CODE,
     J_COLUMNS,
+    J_D_TAGS,
+    J_D_TID,
+    J_DERIVED,
     J_GIDX,
     J_HT_IDS,
     J_HT_KEYS,
@@ -52,10 +56,13 @@ from rmqdump.fast.abi import (
     J_TAGS,
     J_TFLAGS,
     J_TID,
+    J_WMAP,
+    J_WMAP_CAP,
     JCODE_CLEARED,
     JCODE_PYTHON,
     JCODE_SKIP,
     JCODE_UNMATCHED,
+    NOT_ASCII,
 )
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
@@ -64,7 +71,6 @@ _QHASH = np.uint64(0x9E3779B97F4A7C15)
 _EXT_LIMIT = -2147483649  # tagsCode at or below: a ConsumeQueueExt address
 _TAGS_KEY = np.frombuffer(b"TAGS\x01", dtype=np.uint8).copy()
 _AHEAD = 8  # rows cqjoin prefetches ahead
-_NOT_ASCII = -(1 << 40)  # no tagsCode (Java hashes are 32-bit)
 
 
 @njit(cache=True, nogil=True)
@@ -87,44 +93,18 @@ def _contains(buf, s, n, lit):
     return False
 
 
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _ascii_tags(buf, ps, pl):
-    """For ASCII properties ``buf[ps:ps + pl]``: the Java hash of the TAGS value as ``_parse_props``,
-    ``_find`` and ``_java_hash`` give it (0 without one); ``_NOT_ASCII`` when a byte is not ASCII (the caller
-    takes that way). One pass: \x02-separated segments, name before the first \x01, non-empty value."""
-    acc = np.uint8(0)
-    for j in range(pl):
-        acc |= buf[ps + j]
-    if acc >= 0x80:
-        return _NOT_ASCII
-    h = np.int64(0)
-    e = ps + pl
-    a = ps
-    while a <= e:
-        b = a
-        while b < e and buf[b] != 2:
-            b += 1
-        if b - a >= 6 and buf[a] == 84 and buf[a + 1] == 65 and buf[a + 2] == 71 and buf[a + 3] == 83 \
-                and buf[a + 4] == 1:  # "TAGS\x01" and a value
-            v = np.int64(0)
-            for j in range(a + 5, b):
-                v = (31 * v + np.int64(buf[j])) & 0xFFFFFFFF
-            h = v - 0x100000000 if v >= 0x80000000 else v
-        a = b + 1
-    return h
-
-
 @njit(cache=True, nogil=True, boundscheck=False)
 def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, pstart, plen,
            ht_keys, ht_ids, mask, arena, aoff, alen, tflags, qt_keys, qt_slots, qmask, q_base, q_n, q_at,
-           phys, sizes, tags, sc, code, gidx, tid):
+           phys, sizes, tags, sc, code, gidx, tid, derived, d_tid, d_tags, wmap):
     """Classify records ``i0..n-1`` (code/gidx/tid per record); returns the index of the first record
-    whose topic is not in the table yet (``n`` when all were classified)."""
+    whose topic is not in the table yet (``n`` when all were classified). ``derived``: the walk's
+    ``d_tid``/``d_tags`` columns stand for the topic and property bytes (``wmap``: walk topic -> topic)."""
     prev_t = -1
     prev_s = 0
     prev_l = -1
     for i in range(i0, n):
-        if i + _AHEAD < n:  # the topic and properties of a record a few rows on: they left the cache
+        if not derived and i + _AHEAD < n:  # the topic and properties of a record a few rows on: they left the cache
             prefetch(buf, tstart[i + _AHEAD])
         tx = sys_flag[i] & TRANSACTION_TYPE_MASK
         if tx != 0 and tx != TRANSACTION_COMMIT_TYPE:
@@ -133,7 +113,10 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
         ts = tstart[i]
         tl = max(tlen[i], 0)
         t = -1
-        if prev_t >= 0 and tl == prev_l:
+        wt = d_tid[i] if derived else -1
+        if wt >= 0:
+            t = wmap[wt]
+        if t < 0 and prev_t >= 0 and tl == prev_l:
             same = True
             for j in range(tl):
                 if buf[ts + j] != buf[prev_s + j]:
@@ -160,6 +143,8 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
                 s = (s + 1) & mask
             if t < 0:
                 return i
+        if wt >= 0:
+            wmap[wt] = t
         prev_t, prev_s, prev_l = t, ts, tl
         tid[i] = t
         if tflags[t] & 1:
@@ -195,8 +180,8 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
         if tg > _EXT_LIMIT:
             ps = pstart[i]
             pl = max(plen[i], 0)
-            exp = _ascii_tags(buf, ps, pl)
-            if exp == _NOT_ASCII:
+            exp = d_tags[i] if derived else props_scan(buf, ps, pl)[1]
+            if exp == NOT_ASCII:
                 exp = 0
                 if _contains(buf, ps, pl, _TAGS_KEY):
                     if not _utf8_ok(buf, ps, pl):
@@ -232,6 +217,9 @@ def cqjoin_c(a):
     nh = a[J_QT_MASK] + 1
     nq = a[J_NQ]
     ne = a[J_NENTRIES]
+    derived = a[J_DERIVED] != 0
+    dn = n if derived else 0
+    wn = a[J_WMAP_CAP] if derived else 0
     a[J_OUT_I] = cqjoin(
         carray(_p_u8(a[J_BUF]), (a[J_SIZE],)), a[J_I0], n, a[J_SEG_START],
         carray(_p_i64(a[c + 0]), (n,)), carray(_p_i32(a[c + 1]), (n,)), carray(_p_i32(a[c + 2]), (n,)),
@@ -244,7 +232,9 @@ def cqjoin_c(a):
         carray(_p_i64(a[J_Q_BASE]), (nq,)), carray(_p_i64(a[J_Q_N]), (nq,)), carray(_p_i64(a[J_Q_AT]), (nq,)),
         carray(_p_i64(a[J_PHYS]), (ne,)), carray(_p_i32(a[J_SIZES]), (ne,)), carray(_p_i64(a[J_TAGS]), (ne,)),
         carray(_p_i64(a[J_SCRATCH]), (a[J_SCRATCH_CAP], 4)), carray(_p_i8(a[J_CODE]), (n,)),
-        carray(_p_i64(a[J_GIDX]), (n,)), carray(_p_i32(a[J_TID]), (n,)))
+        carray(_p_i64(a[J_GIDX]), (n,)), carray(_p_i32(a[J_TID]), (n,)), derived,
+        carray(_p_i32(a[J_D_TID]), (dn,)), carray(_p_i64(a[J_D_TAGS]), (dn,)),
+        carray(_p_i32(a[J_WMAP]), (wn,)))
 
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)

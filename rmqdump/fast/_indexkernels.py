@@ -179,6 +179,7 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
     what a walk started at its own position decodes (the walk's checks of a record read only that record), so an
     entry's record is a message iff it is a row; an entry between rows starts a walk of its own."""
     nseg = seg_start.size
+    z = np.int64(0)  # a null pointer: the walk fills no derived columns here
     stats = carray(_p_i64(cols[24]), (2,))
     c_pos, c_size = carray(_p_i64(cols[0]), (win,)), carray(_p_i32(cols[1]), (win,))
     c_sysflag, c_store_ts = carray(_p_i32(cols[8]), (win,)), carray(_p_i64(cols[12]), (win,))
@@ -242,7 +243,10 @@ def index_entries(idx, entries_start, i0, count, seg_start, seg_end, seg_size, s
                     carray(_p_u64(cols[13]), (win, 2)), carray(_p_i32(cols[14]), (win,)),
                     carray(_p_i32(cols[15]), (win,)), carray(_p_i64(cols[16]), (win,)), carray(_p_i32(cols[17]), (win,)),
                     carray(_p_i64(cols[18]), (win,)), c_topic_start, c_topic_len, c_props_start, c_props_len,
-                    carray(_p_i8(cols[23]), (win,)), seg_start[k], stats, CRC_TABLES, _SCHEDULE, _DELAY)
+                    carray(_p_i8(cols[23]), (win,)), seg_start[k], stats, CRC_TABLES, _SCHEDULE, _DELAY, False,
+                    carray(_p_i32(z), (0,)), carray(_p_i8(z), (0,)), carray(_p_i64(z), (0,)), carray(_p_u64(z), (0,)),
+                    carray(_p_i32(z), (0,)), 0, carray(_p_u8(z), (0,)), carray(_p_i64(z), (0,)),
+                    carray(_p_i64(z), (0,)), 0, carray(_p_i64(z), (0,)))  # no derived columns
                 win_seg = k
                 end = max(end, phy - seg_start[k] + 1)  # the page a failed decode read
                 pages += ((end - 1) >> 12) - (pos >> 12) + 1

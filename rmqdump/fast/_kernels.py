@@ -58,12 +58,24 @@ from rmqdump.codec.layout import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
+from rmqdump.fast._recordkernels import intern_topic, props_scan
 from rmqdump.fast.abi import (  # kernel return codes and argument-block layout, shared with the numba-free caller
     A_BUF,
     A_BYTE_LIMIT,
     A_CHECK_CRC,
     A_COLUMNS,
     A_CRC_MODE,
+    A_D_COLUMNS,
+    A_DERIVE,
+    A_IT_ARENA,
+    A_IT_ARENA_SIZE,
+    A_IT_CAP,
+    A_IT_IDS,
+    A_IT_KEYS,
+    A_IT_LEN,
+    A_IT_MASK,
+    A_IT_OFF,
+    A_IT_STATE,
     A_LIMIT,
     A_MAX_N,
     A_MAX_RECORD_SIZE,
@@ -90,6 +102,9 @@ from rmqdump.fast.abi import (  # kernel return codes and argument-block layout,
     V_ARENA_SIZE,
     V_BUF,
     V_COLUMNS,
+    V_D_PV,
+    V_D_TID,
+    V_DERIVED,
     V_HALF_OUT,
     V_HT_IDS,
     V_HT_KEYS,
@@ -113,6 +128,8 @@ from rmqdump.fast.abi import (  # kernel return codes and argument-block layout,
     V_TFLAGS,
     V_TOPIC_CAP,
     V_TX_OUT,
+    V_WMAP,
+    V_WMAP_CAP,
 )
 
 K_END_OF_DATA, K_BAD_MAGIC, K_BAD_TOTALSIZE, K_TRUNCATED = 0, 1, 2, 3
@@ -510,12 +527,15 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
          c_pos, c_size, c_magic, c_crc, c_qid, c_flag, c_qoff, c_phys, c_sysflag, c_born_ts,
          c_born_addr, c_born_port, c_store_ts, c_store_addr, c_store_port, c_reconsume, c_prepared,
          c_body_len, c_body_start, c_topic_start, c_topic_len, c_props_start, c_props_len, c_crc_ok,
-         seg_start, stats, t, sched, delay):
+         seg_start, stats, t, sched, delay, derive, d_tid, d_pv, d_tags, it_keys, it_ids, it_mask, it_arena,
+         it_off, it_len, it_cap, it_state):
     """Walk records of ``buf[:size]`` from ``pos`` by TOTALSIZE, decoding every header field
     into the column arrays from row ``n``. Returns ``(rows, pos, code)``; see the codes above.
 
     ``stats``: [0] PHYSICALOFFSET != position count, [1] first such position (-1: none).
+    ``derive``: also fill the derived columns (``abi.DERIVED_COLUMNS``; ``it_*``: the topic table).
     """
+    prev_wt = np.int64(-1)
     pf = pos + _WALK_AHEAD  # prefetched up to here: the walk's loads depend on each other (TOTALSIZE)
     pf_end = min(size, limit)
     while True:
@@ -639,6 +659,23 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         c_props_start[un] = pos + q
         c_props_len[un] = plen
         c_crc_ok[un] = crc_ok
+        if derive:  # while the record's bytes are in the cache
+            wt = np.int64(-1)
+            if prev_wt >= 0 and it_len[prev_wt] == topic_len:  # the previous record's topic: the common case
+                a0 = it_off[prev_wt]
+                wt = prev_wt
+                for k in range(topic_len):
+                    if it_arena[a0 + k] != buf[topic_start + k]:
+                        wt = np.int64(-1)
+                        break
+            if wt < 0:
+                wt = intern_topic(buf, topic_start, topic_len, it_keys, it_ids, it_mask, it_arena, it_off, it_len,
+                                  it_cap, it_state)
+            prev_wt = wt
+            d_tid[un] = prev_wt
+            pv, tg = props_scan(buf, pos + q, plen)
+            d_pv[un] = pv
+            d_tags[un] = tg
         n += 1
         pos += total
 
@@ -647,82 +684,23 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 _QHASH = np.uint64(0x9E3779B97F4A7C15)
-_CRC_KEY = np.frombuffer(b"__CRC32#", dtype=np.uint8).copy()
-_INNER_KEY = np.frombuffer(b"INNER_NUM", dtype=np.uint8).copy()
 _TS_LO, _TS_HI, _HOUR = 946684800000, 4102444800000, 3600000
 _AHEAD = 8  # rows vscan prefetches ahead
-
-
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _ends_with(buf, s, j, pat):
-    """Whether ``buf[s + j - len(pat):s + j]`` equals ``pat`` (within the field starting at s)."""
-    m = pat.size
-    if j < m:
-        return False
-    b = s + j - m
-    for k in range(m):
-        if buf[b + k] != pat[k]:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True, boundscheck=False, inline="always")
-def _props_clear(buf, ps, pl):
-    """Whether the properties ``buf[ps:ps + pl]`` need no check: -1 they do (not ASCII, not
-    ``key\x01value`` pairs joined by ``\x02`` as ``record_checks._PROPS_OK`` wants, or holding
-    ``__CRC32#\x01``), else 1 if they hold ``INNER_NUM\x01``, 0 if not. Field by field: the inner
-    loops run over plain bytes (3..0x7F) with one well-predicted branch per byte."""
-    inner = 0
-    j = 0
-    while j < pl:
-        ks = j  # a key: plain bytes up to \x01, at least one
-        b = buf[ps + j]
-        while 3 <= b < 0x80:
-            j += 1
-            if j == pl:
-                return -1
-            b = buf[ps + j]
-        if b != 1 or j == ks:
-            return -1
-        if _ends_with(buf, ps, j, _CRC_KEY):
-            return -1
-        if _ends_with(buf, ps, j, _INNER_KEY):
-            inner = 1
-        j += 1
-        vs = j  # a value: no NUL, no \x02, at least one byte, up to \x02 or the end
-        while j < pl:
-            b = buf[ps + j]
-            if 3 <= b < 0x80:
-                j += 1
-            elif b == 1:
-                if _ends_with(buf, ps, j, _CRC_KEY):
-                    return -1
-                if _ends_with(buf, ps, j, _INNER_KEY):
-                    inner = 1
-                j += 1
-            else:
-                break
-        if j == vs:
-            return -1
-        if j < pl:
-            if buf[ps + j] != 2:
-                return -1  # NUL or not ASCII
-            j += 1  # the separator (a trailing one is allowed)
-    return inner
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_sysflag, c_born_ts, c_born_port,
           c_store_ts, c_store_addr, c_store_port, c_reconsume, c_prepared, c_body_len, c_topic_start, c_topic_len,
           c_props_start, c_props_len, ht_keys, ht_ids, ht_mask, arena, arena_off, arena_len, tflags, tcount,
-          qt_keys, qt_slots, qt_mask, q_next, q_count, q_py, state, tx_out, half_out):
+          qt_keys, qt_slots, qt_mask, q_next, q_count, q_py, state, tx_out, half_out, derived, d_tid, d_pv, wmap):
     """Verify rows ``i0..n`` of a batch: every record whose checks could report anything (or
     that needs Python: a new topic or queue, a queue anomaly, a header-outlier candidate) stops
     the loop; the others only update the compact state. Returns ``(row, code)``: code 0 all
-    done, 1 row's topic is not in the table yet, 2 row must be checked in Python."""
+    done, 1 row's topic is not in the table yet, 2 row must be checked in Python. ``derived``: the walk's
+    ``d_tid``/``d_pv`` columns stand for the topic and property bytes (``wmap``: walk topic -> topic id)."""
     last_tid = np.int64(-1)
     for i in range(i0, n):
-        if i + _AHEAD < n:  # the topic and properties of a record a few rows on: they left the cache
+        if not derived and i + _AHEAD < n:  # the topic and properties of a record a few rows on: they left the cache
             prefetch(buf, c_topic_start[i + _AHEAD])
         pos = c_pos[i]
         off = seg_start + pos
@@ -730,7 +708,10 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         ts = c_topic_start[i]
         tl = np.int64(c_topic_len[i])
         tid = np.int64(-1)
-        if last_tid >= 0 and arena_len[last_tid] == tl:
+        wt = np.int64(d_tid[i]) if derived else np.int64(-1)
+        if wt >= 0:
+            tid = np.int64(wmap[wt])
+        if tid < 0 and last_tid >= 0 and arena_len[last_tid] == tl:
             a0 = arena_off[last_tid]
             tid = last_tid
             for k in range(tl):
@@ -759,6 +740,8 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
             slot = (slot + 1) & ht_mask
         if tid < 0:
             return i, 1
+        if wt >= 0:
+            wmap[wt] = tid
         last_tid = tid
         tf = tflags[tid]
         if tf & 1 or c_phys[i] != off or pos == 0:
@@ -770,7 +753,7 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         if sf & COMPRESSED_FLAG and blen > 0:
             return i, 2
         # properties: the shape check of analysis.verify.record_checks._PROPS_OK, UTF-8, __CRC32#, INNER_NUM
-        pv = _props_clear(buf, c_props_start[i], np.int64(c_props_len[i]))
+        pv = np.int64(d_pv[i]) if derived else props_scan(buf, c_props_start[i], np.int64(c_props_len[i]))[0]
         if pv < 0:
             return i, 2
         inner = pv == 1
@@ -881,6 +864,13 @@ def walk_c(a):
     cap = a[A_MAX_N]
     c = A_COLUMNS
     buf = carray(_p_u8(a[A_BUF]), (a[A_SIZE],))
+    derive = a[A_DERIVE] != 0
+    dn = cap if derive else 0
+    d = A_D_COLUMNS
+    itc = a[A_IT_CAP] if derive else 0
+    ith = a[A_IT_MASK] + 1 if derive else 0
+    itb = a[A_IT_ARENA_SIZE] if derive else 0
+    its = 2 if derive else 0
     n, pos, code = walk(
         buf, a[A_POS], a[A_SIZE], a[A_LIMIT], a[A_MAX_RECORD_SIZE], a[A_CHECK_CRC] != 0, a[A_CRC_MODE], a[A_N],
         cap, a[A_BYTE_LIMIT],
@@ -892,7 +882,11 @@ def walk_c(a):
         carray(_p_i32(a[c + 15]), (cap,)), carray(_p_i64(a[c + 16]), (cap,)), carray(_p_i32(a[c + 17]), (cap,)),
         carray(_p_i64(a[c + 18]), (cap,)), carray(_p_i64(a[c + 19]), (cap,)), carray(_p_i32(a[c + 20]), (cap,)),
         carray(_p_i64(a[c + 21]), (cap,)), carray(_p_i32(a[c + 22]), (cap,)), carray(_p_i8(a[c + 23]), (cap,)),
-        a[A_SEG_START], carray(_p_i64(a[A_STATS]), (2,)), CRC_TABLES, _SCHEDULE, _DELAY)
+        a[A_SEG_START], carray(_p_i64(a[A_STATS]), (2,)), CRC_TABLES, _SCHEDULE, _DELAY, derive,
+        carray(_p_i32(a[d + 0]), (dn,)), carray(_p_i8(a[d + 1]), (dn,)), carray(_p_i64(a[d + 2]), (dn,)),
+        carray(_p_u64(a[A_IT_KEYS]), (ith,)), carray(_p_i32(a[A_IT_IDS]), (ith,)), a[A_IT_MASK],
+        carray(_p_u8(a[A_IT_ARENA]), (itb,)), carray(_p_i64(a[A_IT_OFF]), (itc,)),
+        carray(_p_i64(a[A_IT_LEN]), (itc,)), itc, carray(_p_i64(a[A_IT_STATE]), (its,)))
     a[A_OUT_N] = n
     a[A_OUT_POS] = pos
     a[A_OUT_CODE] = code
@@ -906,6 +900,9 @@ def vscan_c(a):
     nt = a[V_TOPIC_CAP]
     nq = a[V_QUEUE_CAP]
     cap = a[V_OUT_CAP]
+    derived = a[V_DERIVED] != 0
+    dn = n if derived else 0
+    wn = a[V_WMAP_CAP] if derived else 0
     i, code = vscan(
         carray(_p_u8(a[V_BUF]), (a[V_SIZE],)), a[V_I0], n, a[V_SEG_START],
         carray(_p_i64(a[c + 0]), (n,)), carray(_p_i32(a[c + 1]), (n,)), carray(_p_i32(a[c + 2]), (n,)),
@@ -921,7 +918,8 @@ def vscan_c(a):
         carray(_p_i64(a[V_QT_KEYS]), (a[V_QT_MASK] + 1,)), carray(_p_i32(a[V_QT_SLOTS]), (a[V_QT_MASK] + 1,)),
         a[V_QT_MASK], carray(_p_i64(a[V_Q_NEXT]), (nq,)), carray(_p_i64(a[V_Q_COUNT]), (nq,)),
         carray(_p_i8(a[V_Q_PY]), (nq,)), carray(_p_i64(a[V_STATE]), (16,)), carray(_p_i64(a[V_TX_OUT]), (cap, 4)),
-        carray(_p_i64(a[V_HALF_OUT]), (cap,)))
+        carray(_p_i64(a[V_HALF_OUT]), (cap,)), derived, carray(_p_i32(a[V_D_TID]), (dn,)),
+        carray(_p_i8(a[V_D_PV]), (dn,)), carray(_p_i32(a[V_WMAP]), (wn,)))
     a[V_OUT_I] = i
     a[V_OUT_CODE] = code
 

@@ -47,7 +47,18 @@ CRC_CLMUL = 1  # PCLMULQDQ folding CRC
 A_BUF, A_POS, A_SIZE, A_LIMIT, A_MAX_RECORD_SIZE, A_CHECK_CRC, A_CRC_MODE = 0, 1, 2, 3, 4, 5, 6
 A_N, A_MAX_N, A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS = 7, 8, 9, 10, 11, 12
 A_OUT_N, A_OUT_POS, A_OUT_CODE = 36, 37, 38
-ARG_BLOCK_SIZE = 40
+# Derived columns (verify): when A_DERIVE is 1 the walk also interns each record's topic in a bounded table
+# (rmqdump.fast.intern) and fills DERIVED_COLUMNS while the record's bytes are in the cache.
+A_DERIVE, A_D_COLUMNS = 40, 41  # 3 column pointers, DERIVED_COLUMNS order
+A_IT_KEYS, A_IT_IDS, A_IT_MASK, A_IT_ARENA, A_IT_ARENA_SIZE, A_IT_OFF, A_IT_LEN, A_IT_CAP, A_IT_STATE = (
+    44, 45, 46, 47, 48, 49, 50, 51, 52)
+ARG_BLOCK_SIZE = 56
+# walk_topic: the record's id in the walk's topic table (-1: not interned); equal ids of one table mean
+# byte-equal topics. props_check: the verify property check (-1 must check, 0 clear, 1 clear with INNER_NUM).
+# tags_hash: the Java hash of the TAGS property (0 without one), NOT_ASCII when a byte is not ASCII.
+DERIVED_COLUMNS: tuple[tuple[str, str], ...] = (("walk_topic", "int32"), ("props_check", "int8"),
+                                                ("tags_hash", "int64"))
+NOT_ASCII = -(1 << 40)  # no tags hash from the walk (Java hashes are 32-bit)
 
 # The int64 argument block of the verify-checks entry point (rmqdump_vscan; see rmqdump.analysis.verify.fast).
 VSCAN_COLUMNS: tuple[str, ...] = (
@@ -59,7 +70,9 @@ V_HT_KEYS, V_HT_IDS, V_HT_MASK, V_ARENA, V_ARENA_SIZE, V_ARENA_OFF, V_ARENA_LEN 
 V_TFLAGS, V_TCOUNT, V_TOPIC_CAP, V_QT_KEYS, V_QT_SLOTS, V_QT_MASK = 31, 32, 33, 34, 35, 36
 V_Q_NEXT, V_Q_COUNT, V_Q_PY, V_QUEUE_CAP, V_STATE, V_TX_OUT, V_HALF_OUT, V_OUT_CAP = 37, 38, 39, 40, 41, 42, 43, 44
 V_OUT_I, V_OUT_CODE = 45, 46
-V_BLOCK_SIZE = 48
+# the walk's derived columns (V_DERIVED 1: walk_topic, props_check) and the walk-topic -> topic map
+V_DERIVED, V_D_TID, V_D_PV, V_WMAP, V_WMAP_CAP = 48, 49, 50, 51, 52
+V_BLOCK_SIZE = 56
 
 
 # The int64 argument block of the ConsumeQueue join (rmqdump_cqjoin; see rmqdump.fast.cqjoin).
@@ -72,7 +85,9 @@ J_HT_KEYS, J_HT_IDS, J_HT_MASK, J_ARENA, J_ARENA_SIZE, J_ARENA_OFF, J_ARENA_LEN,
 J_QT_KEYS, J_QT_SLOTS, J_QT_MASK, J_Q_BASE, J_Q_N, J_Q_AT, J_NQ = 23, 24, 25, 26, 27, 28, 29
 J_PHYS, J_SIZES, J_TAGS, J_NENTRIES, J_SCRATCH, J_SCRATCH_CAP = 30, 31, 32, 33, 34, 35
 J_CODE, J_GIDX, J_TID, J_OUT_I = 36, 37, 38, 39
-J_BLOCK_SIZE = 40
+# the walk's derived columns (J_DERIVED 1: walk_topic, tags_hash) and the walk-topic -> topic map
+J_DERIVED, J_D_TID, J_D_TAGS, J_WMAP, J_WMAP_CAP = 40, 41, 42, 43, 44
+J_BLOCK_SIZE = 48
 # per-record codes of the join
 JCODE_SKIP, JCODE_CLEARED, JCODE_UNMATCHED, JCODE_PYTHON = 0, 1, 2, 3
 

@@ -16,7 +16,7 @@ from rmqdump.codec.layout import (
     host_lengths,
 )
 from rmqdump.codec.record import Message
-from rmqdump.fast.abi import COLUMNS
+from rmqdump.fast.abi import COLUMNS, DERIVED_COLUMNS, NOT_ASCII
 from rmqdump.fast.engine import _numpy
 
 _V6_HOSTS = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
@@ -31,11 +31,12 @@ BATCH_BYTES = 16 * 1024 * 1024  # bound a batch's span too (mapped pages are rel
 
 
 class _Columns:
-    """Preallocated column arrays, reused batch after batch."""
+    """Preallocated column arrays, reused batch after batch (``derived``: also ``DERIVED_COLUMNS``)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, derived: bool = False):
         np = _numpy()
         self.capacity = capacity
+        self.derived = derived
         self.arrays = {}
         self.pointers = []  # data addresses, in COLUMNS order (the kernel's argument block)
         for name, dt in COLUMNS:
@@ -46,6 +47,10 @@ class _Columns:
             else:
                 self.arrays[name] = np.zeros(capacity, dtype=dt)
                 self.pointers.append(self.arrays[name].ctypes.data)
+        self.derived_pointers = []
+        for name, dt in DERIVED_COLUMNS if derived else ():
+            self.arrays[name] = np.zeros(capacity, dtype=dt)
+            self.derived_pointers.append(self.arrays[name].ctypes.data)
 
     def set_row(self, i: int, msg: Message, body_start: int, topic_start: int, props_start: int) -> None:
         a = self.arrays
@@ -64,6 +69,8 @@ class _Columns:
         a["properties_start"][i] = props_start
         a["properties_length"][i] = len(msg.properties_raw)
         a["crc_ok"][i] = 1 if msg.crc_ok else 0
+        if self.derived:  # a record the Python decoder took: its consumers read its bytes
+            a["walk_topic"][i], a["props_check"][i], a["tags_hash"][i] = -1, -1, NOT_ASCII
 
 
 class RecordBatch:
@@ -76,12 +83,14 @@ class RecordBatch:
     The arrays are reused for the next batch: :meth:`copy` to keep them.
     """
 
-    def __init__(self, buf: np.ndarray, columns: dict[str, np.ndarray], n: int, seg_start: int, file: str):
+    def __init__(self, buf: np.ndarray, columns: dict[str, np.ndarray], n: int, seg_start: int, file: str,
+                 intern: object = None):
         self.buf = buf
         self.columns = {k: v[:n] for k, v in columns.items()}
         self.n = n
         self.seg_start = seg_start
         self.file = file
+        self.intern = intern  # the TopicIntern of the derived columns' walk_topic ids (None: no derived columns)
 
     def __len__(self) -> int:
         return self.n
@@ -91,7 +100,8 @@ class RecordBatch:
 
     def copy(self) -> RecordBatch:
         """A batch owning copies of its column arrays (still viewing the segment bytes)."""
-        b = RecordBatch(self.buf, {k: v.copy() for k, v in self.columns.items()}, self.n, self.seg_start, self.file)
+        b = RecordBatch(self.buf, {k: v.copy() for k, v in self.columns.items()}, self.n, self.seg_start, self.file,
+                        self.intern)
         return b
 
     @property

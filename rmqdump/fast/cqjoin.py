@@ -61,7 +61,7 @@ def library_path() -> Path:
     from rmqdump.fast.engine import kernel_library_path
 
     here = Path(__file__)
-    shared = here.with_name("_jsonkernels.py").read_bytes() + here.with_name("_kernels.py").read_bytes()  # imported
+    shared = b"".join(here.with_name(f).read_bytes() for f in ("_jsonkernels.py", "_kernels.py", "_recordkernels.py"))
     return kernel_library_path("cqjoin", "_cqkernels.py", _abi(), hashlib.sha256(shared).hexdigest())
 
 
@@ -125,6 +125,8 @@ class CqJoin:
         self.tid = np.zeros(batch_records, np.int32)
         self.scratch = np.zeros((SCRATCH_PAIRS, 4), np.int64)
         self.block = np.zeros(abi.J_BLOCK_SIZE, np.int64)
+        self._intern: Any = None  # the TopicIntern whose ids wmap maps to ours
+        self.wmap = np.zeros(0, np.int32)
 
     def set_window(self, parts: list[tuple[int, int, int, Any, Any, Any]]) -> None:
         """The window: ``(k, lo, hi, phys, sizes, tags)`` per queue (entries ``lo..hi-1`` of queue ``k``);
@@ -218,6 +220,13 @@ class CqJoin:
             self.phys.ctypes.data, self.sizes.ctypes.data, self.tags.ctypes.data, self.phys.size)
         b[abi.J_SCRATCH], b[abi.J_SCRATCH_CAP] = self.scratch.ctypes.data, self.scratch.shape[0]
         b[abi.J_CODE], b[abi.J_GIDX], b[abi.J_TID] = self.code.ctypes.data, self.gidx.ctypes.data, self.tid.ctypes.data
+        intern = getattr(batch, "intern", None)
+        b[abi.J_DERIVED] = 0 if intern is None else 1
+        if intern is not None:
+            if intern is not self._intern:  # another walk's table: its ids are met anew
+                self._intern, self.wmap = intern, intern.new_map()
+            b[abi.J_D_TID], b[abi.J_D_TAGS] = batch["walk_topic"].ctypes.data, batch["tags_hash"].ctypes.data
+            b[abi.J_WMAP], b[abi.J_WMAP_CAP] = self.wmap.ctypes.data, self.wmap.size
         join = backend().join
         i = lo
         while i < hi:

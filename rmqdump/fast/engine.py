@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqdump.disk.durable import open_cache_file
+from rmqdump.fast import abi
 from rmqdump.fast.abi import (
     A_BUF,
     A_BYTE_LIMIT,
@@ -116,7 +117,8 @@ def _abi() -> bytes:
     return repr((A_BUF, A_POS, A_SIZE, A_LIMIT, A_MAX_RECORD_SIZE, A_CHECK_CRC, A_CRC_MODE, A_N, A_MAX_N,
                  A_BYTE_LIMIT, A_SEG_START, A_STATS, A_COLUMNS, A_OUT_N, A_OUT_POS, A_OUT_CODE, ARG_BLOCK_SIZE,
                  FULL, SEG_END, BLANK, LIMIT, DEFER, INVALID, CRC_TABLE, CRC_CLMUL, COLUMNS, VSCAN_COLUMNS,
-                 V_COLUMNS, V_OUT_CODE, V_BLOCK_SIZE)).encode()
+                 V_COLUMNS, V_OUT_CODE, V_BLOCK_SIZE,
+                 sorted((n, v) for n, v in vars(abi).items() if n.startswith(("A_", "V_", "DERIVED", "NOT_"))))).encode()
 
 
 def _toolchain_signature() -> str:
@@ -149,7 +151,8 @@ def kernel_library_path(prefix: str, source: str, abi: bytes, extra: str = "") -
 
 def library_path() -> Path:
     """The shared library of kernels for this machine, kernel source, numba and Python (may not exist yet)."""
-    return kernel_library_path("fastkernels", "_kernels.py", _abi(), os.environ.get("RMQDUMP_CRC", "").lower())
+    shared = hashlib.sha256(Path(__file__).with_name("_recordkernels.py").read_bytes()).hexdigest()  # imported
+    return kernel_library_path("fastkernels", "_kernels.py", _abi(), os.environ.get("RMQDUMP_CRC", "").lower() + shared)
 
 
 def library_ready() -> bool:

@@ -85,7 +85,7 @@ def library_path() -> Path:
 
     here = Path(__file__).resolve()
     shared = hashlib.sha256()
-    for name in ("_kernels.py", "_jsonkernels.py", "abi.py", "indexabi.py"):  # what the kernels import
+    for name in ("_kernels.py", "_recordkernels.py", "_jsonkernels.py", "abi.py", "indexabi.py"):  # what they import
         shared.update(here.with_name(name).read_bytes())
     return kernel_library_path("indexjoin", "_indexkernels.py", abi_key(), shared.hexdigest())
 

@@ -31,6 +31,7 @@ from rmqdump.fast.abi import (
     A_CHECK_CRC,
     A_COLUMNS,
     A_CRC_MODE,
+    A_D_COLUMNS,
     A_LIMIT,
     A_MAX_N,
     A_MAX_RECORD_SIZE,
@@ -47,6 +48,7 @@ from rmqdump.fast.abi import (
     COLUMNS,
     CRC_TABLE,
     DEFER,
+    DERIVED_COLUMNS,
     FULL,
     INVALID,
     KINDS,
@@ -57,6 +59,7 @@ from rmqdump.fast.engine import _as_array, _numpy, backend, crc_mode
 
 if TYPE_CHECKING:
     from rmqdump.disk.segment import Segment
+    from rmqdump.fast.intern import TopicIntern
 
 
 @dataclass
@@ -86,14 +89,15 @@ class FastSegmentWalk:
     After iteration: ``stop`` (:class:`SegmentStop`), ``records``, ``end_pos`` (segment position
     after the last valid record; the segment size after a BLANK), ``phys_mismatches`` and
     ``first_phys_mismatch`` (records whose PHYSICALOFFSET field is not their offset; the broker
-    does not check it, so neither does the walk - it only counts).
+    does not check it, so neither does the walk - it only counts). With ``intern`` (a
+    :class:`~rmqdump.fast.intern.TopicIntern`) the batches also hold ``abi.DERIVED_COLUMNS`` and carry it.
     """
 
     def __init__(self, *, segment: Segment | None = None, buf=None, seg_start: int = 0, name: str = "",
                  start_pos: int = 0, check_crc: bool = True, end_offset: int | None = None,
                  max_record_size: int = MAX_RECORD_SIZE, batch_records: int = BATCH_RECORDS,
                  batch_bytes: int = BATCH_BYTES, release_pages: bool = True, strict: bool = False,
-                 columns: _Columns | None = None):
+                 columns: _Columns | None = None, intern: TopicIntern | None = None):
         self.k = backend()
         self.segment = segment
         self._mm = None
@@ -113,7 +117,10 @@ class FastSegmentWalk:
         self._can_release = self._mm is not None and hasattr(self._mm, "madvise")
         self.release_pages = release_pages and self._can_release
         self.strict = strict
-        self.cols = columns if columns is not None and columns.capacity >= batch_records else _Columns(batch_records)
+        derive = intern is not None
+        self.intern = intern
+        self.cols = columns if columns is not None and columns.capacity >= batch_records and columns.derived == derive \
+            else _Columns(batch_records, derive)
         np = _numpy()
         self.stats = np.array([0, -1], dtype=np.int64)
         a = self.block = np.zeros(ARG_BLOCK_SIZE, dtype=np.int64)
@@ -127,6 +134,9 @@ class FastSegmentWalk:
         a[A_SEG_START] = self.seg_start
         a[A_STATS] = self.stats.ctypes.data
         a[A_COLUMNS:A_COLUMNS + len(COLUMNS)] = self.cols.pointers
+        if intern is not None:
+            intern.fill(a)
+            a[A_D_COLUMNS:A_D_COLUMNS + len(DERIVED_COLUMNS)] = self.cols.derived_pointers
         self.stop: SegmentStop | None = None
         self.records = 0
         self.end_pos = start_pos
@@ -172,7 +182,7 @@ class FastSegmentWalk:
                             continue
                         self._finish(n, pos)
                         if n:
-                            yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name)
+                            yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name, self.intern)
                         if isinstance(rec, Blank):
                             self.end_pos = size
                             self.stop = SegmentStop("blank", pos, self.seg_start + pos, blank=rec)
@@ -182,7 +192,7 @@ class FastSegmentWalk:
                     break
                 self._finish(n, pos)
                 if n:
-                    yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name)
+                    yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name, self.intern)
                 if code == FULL:
                     self._release(batch_start)
                     continue

@@ -11,6 +11,9 @@ header-outlier candidate, the first record of the file - is decoded and checked 
 the very same :class:`~rmqdump.analysis.verify.record_checks.RecordChecker` step as the pure path, with the
 compact state synchronised around it, so findings come out identical and in the same order.
 With ``keep_going`` damage is skipped with the pure walk's own resynchronisation rule.
+The walk fills the derived columns (:mod:`rmqdump.fast.intern`) while a record's bytes are in the cache:
+``vscan`` (and the CQ join after it) reads the record's topic id and property check from them, not from
+the mapped bytes again.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from rmqdump.disk.segment import Segment
 from rmqdump.errors import StoreError
 from rmqdump.fast import abi
 from rmqdump.fast import walk as fw
+from rmqdump.fast.intern import TopicIntern
 from rmqdump.store.commitlog import CommitLog, read_record
 
 _M64 = (1 << 64) - 1
@@ -210,6 +214,10 @@ class _FastSegment:
         self.res = SegmentResult(segment.name, self.label, segment.start, segment.size, end_offset=segment.start)
         self.emit = _Emitter(self.res, max_findings_per_kind)
         self.t = _Tables(fw.BATCH_RECORDS)
+        self.intern = TopicIntern()  # the walks' topic table: vscan reads the derived columns, not the bytes
+        self.wmap = self.intern.new_map()
+        b = self.t.block
+        b[abi.V_WMAP], b[abi.V_WMAP_CAP] = self.wmap.ctypes.data, self.wmap.size
         self.tx_chunks: list = []
         self.half_chunks: list = []
         self.records = 0
@@ -290,6 +298,10 @@ class _FastSegment:
         b[abi.V_N], b[abi.V_SEG_START] = n, batch.seg_start
         for k, name in enumerate(abi.VSCAN_COLUMNS):
             b[abi.V_COLUMNS + k] = batch[name].ctypes.data
+        derived = batch.intern is self.intern
+        b[abi.V_DERIVED] = 1 if derived else 0
+        if derived:
+            b[abi.V_D_TID], b[abi.V_D_PV] = batch["walk_topic"].ctypes.data, batch["props_check"].ctypes.data
         addr = b.ctypes.data
         vscan = self._vscan
         on_message = self.on_message
@@ -356,7 +368,8 @@ class _FastSegment:
         sink = sink if getattr(sink, "defers_release", False) else None
         try:
             first = fw.FastSegmentWalk(segment=seg, start_pos=0, check_crc=self.check_crc,
-                                       max_record_size=self.max_record_size, release_pages=sink is None)
+                                       max_record_size=self.max_record_size, release_pages=sink is None,
+                                       intern=self.intern)
         except StoreError:
             return None  # the pure path reports it in its own words
         if first.size != seg.size or first.size == 0:
@@ -409,7 +422,7 @@ class _FastSegment:
                     self._track_damaged(st.pos)
                 w = fw.FastSegmentWalk(segment=seg, start_pos=nxt, check_crc=self.check_crc,
                                        max_record_size=self.max_record_size, columns=columns,
-                                       release_pages=sink is None)
+                                       release_pages=sink is None, intern=self.intern)
         finally:
             t = self.t
             s = t.state

@@ -92,7 +92,7 @@ class _Sink:
         self.flush()
         cls = type(batch)
         own = cls(batch.buf, {k: v[lo:hi].copy() for k, v in batch.columns.items()}, hi - lo, batch.seg_start,
-                  batch.file)
+                  batch.file, batch.intern)
         self.put(("b", self.k, (own, self.walk, int(batch["file_pos"][lo]))))
 
 

@@ -1,0 +1,121 @@
+"""Per-record kernels the walk, the verify checks and the ConsumeQueue join share (numba): the property
+check of :mod:`rmqdump.analysis.verify.record_checks`, the TAGS hash a ConsumeQueue entry holds, and the
+walk's bounded topic table (:func:`intern_topic`, see :mod:`rmqdump.fast.intern`). Compiled into the
+libraries of :mod:`rmqdump.fast._kernels` and :mod:`rmqdump.fast._cqkernels` (both key on this file)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from rmqdump.fast.abi import NOT_ASCII
+
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+_CRC_KEY = np.frombuffer(b"__CRC32#", dtype=np.uint8).copy()
+_INNER_KEY = np.frombuffer(b"INNER_NUM", dtype=np.uint8).copy()
+_NOT_ASCII = NOT_ASCII
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def props_scan(buf, ps, pl):
+    """The properties ``buf[ps:ps + pl]`` in one pass: ``(check, tags)``.
+
+    ``check``: -1 when verify must look at them in Python (not ASCII, not ``key\x01value`` pairs joined by
+    ``\x02`` as ``record_checks._PROPS_OK`` wants, or holding ``__CRC32#\x01``), else 1 when they hold
+    ``INNER_NUM\x01``, 0 when not. ``tags``: the Java hash of the TAGS value as the property parser,
+    ``_find`` and ``_java_hash`` give it for ASCII properties (the last \x02-separated field named TAGS with a
+    non-empty value; 0 without one), ``NOT_ASCII`` when a byte is not ASCII.
+    A state per byte: 0 a key starts, 1 in a key, 2 a value starts, 3 in a value, 4 malformed.
+    """
+    state = 0
+    acc = np.uint8(0)
+    crc = False
+    inner = 0
+    h = np.int64(0)
+    a = 0  # where the current field starts
+    for j in range(pl + 1):
+        b = buf[ps + j] if j < pl else np.uint8(2)  # the end closes the last field as a separator would
+        acc |= b
+        if 3 <= b < 0x80:
+            if state == 0:
+                state = 1
+            elif state == 2:
+                state = 3
+        elif b == 1:
+            if state == 0:
+                state = 4
+            elif state == 1:
+                state = 2
+            elif state == 2:
+                state = 3
+            if j >= 8 and buf[ps + j - 1] == 35:  # ends with "#": "__CRC32#"?
+                same = True
+                for k in range(8):
+                    if buf[ps + j - 8 + k] != _CRC_KEY[k]:
+                        same = False
+                        break
+                crc = crc or same
+            if j >= 9 and buf[ps + j - 1] == 77:  # ends with "M": "INNER_NUM"?
+                same = True
+                for k in range(9):
+                    if buf[ps + j - 9 + k] != _INNER_KEY[k]:
+                        same = False
+                        break
+                if same:
+                    inner = 1
+        elif b == 2:
+            if j - a >= 6 and buf[ps + a] == 84 and buf[ps + a + 1] == 65 and buf[ps + a + 2] == 71 \
+                    and buf[ps + a + 3] == 83 and buf[ps + a + 4] == 1:  # "TAGS\x01" and a value
+                v = np.int64(0)
+                for k in range(ps + a + 5, ps + j):
+                    v = (31 * v + np.int64(buf[k])) & 0xFFFFFFFF
+                h = v - 0x100000000 if v >= 0x80000000 else v
+            a = j + 1
+            if j < pl:
+                state = 0 if state == 3 else 4
+            elif state != 0 and state != 3:  # the end: within a key or before a value
+                state = 4
+        else:
+            state = 4
+    tags = _NOT_ASCII if acc >= 0x80 else h
+    return (-1 if state == 4 or crc else inner), tags
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def intern_topic(buf, ts, tl, keys, ids, mask, arena, off, ln, cap, state):
+    """The id of topic ``buf[ts:ts + tl]`` in a walk's topic table (added when new; -1 when the table is
+    full). ``keys``/``ids``: open addressing over ``mask + 1 >= 2 * cap`` slots; ``arena``/``off``/``ln``: the
+    topics' bytes; ``state``: [topics, arena bytes used]. Ids are only ever added: equal ids mean byte-equal
+    topics."""
+    h = FNV_OFFSET
+    for k in range(tl):
+        h = (h ^ np.uint64(buf[ts + k])) * FNV_PRIME
+    s = np.int64(h & np.uint64(mask))
+    while True:
+        c = ids[s]
+        if c < 0:
+            break
+        if keys[s] == h and ln[c] == tl:
+            a0 = off[c]
+            same = True
+            for k in range(tl):
+                if arena[a0 + k] != buf[ts + k]:
+                    same = False
+                    break
+            if same:
+                return np.int64(c)
+        s = (s + 1) & mask
+    n = state[0]
+    used = state[1]
+    if n >= cap or used + tl > arena.size:
+        return np.int64(-1)
+    for k in range(tl):
+        arena[used + k] = buf[ts + k]
+    off[n] = used
+    ln[n] = tl
+    keys[s] = h
+    ids[s] = n
+    state[0] = n + 1
+    state[1] = used + tl
+    return np.int64(n)
