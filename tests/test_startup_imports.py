@@ -71,3 +71,21 @@ def test_index_writer_names_still_import_from_the_package():
 
     for name in sorted(indexfile._WRITER):
         assert getattr(indexfile, name) is getattr(writer, name)
+
+
+def test_a_command_starts_no_blas_threads():
+    """numpy's OpenBLAS starts a thread per core at import unless told otherwise; the CLI tells it (rmqdump
+    multiplies no matrices), so a command's process holds no idle BLAS threads beside the walk."""
+    import os
+
+    if (os.cpu_count() or 1) < 2:
+        import pytest
+
+        pytest.skip("one CPU: OpenBLAS starts no threads to count")
+    code = ("import os, sys\nfrom rmqdump.cli import main\nsys.argv[0] = 'rmqdump'\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nimport numpy\n"
+            "sys.stderr.write('\\n%d\\n' % len(os.listdir('/proc/self/task')))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    r = subprocess.run([sys.executable, "-c", code, "info", str(FIXTURE)], capture_output=True, text=True,
+                       timeout=120, env=env)
+    assert int(r.stderr.splitlines()[-1]) == 1, r.stderr[-2000:]
