@@ -123,3 +123,94 @@ def test_verify_documents_equal(name, store_checks, monkeypatch):
     store = FIXTURES / "oracle" / name / "store"
     pure = _verify_doc(store, False, monkeypatch, store_checks=store_checks)
     assert _verify_doc(store, True, monkeypatch, store_checks=store_checks) == pure
+
+
+LONG = ("L" * 249 + "a", "L" * 249 + "b")
+
+
+def _grouping_store(root):
+    """A store whose column batches mix topics the one-topic check must tell apart: sharing their first 8 bytes,
+    of equal length differing only in the last byte, 250 bytes long (V2 records), at every offset
+    within an 8-byte word (bodies of varying length), over interleaved, large and negative queue ids, with
+    transaction records not dispatched in between."""
+    import random
+
+    from rmqdump.codec.layout import (
+        MESSAGE_QUEUE_ID_POSITION,
+        TRANSACTION_COMMIT_TYPE,
+        TRANSACTION_PREPARED_TYPE,
+        TRANSACTION_ROLLBACK_TYPE,
+    )
+    from rmqdump.write.message import MessageSpec
+    from rmqdump.write.writer import StoreWriter
+
+    rnd = random.Random(15)
+    long_a, long_b = LONG
+    runs = [["BenchTopicX"] * 24, ["BenchTopicX", "BenchTopicY"] * 12, ["BenchTopicY"] * 5 + ["BenchTopicX"],
+            ["TopicAAA1", "TopicAAA1", "TopicAAA2"] * 6, [long_a] * 9 + [long_b], [long_a, long_b] * 4,
+            ["T"] * 7 + ["U"], ["BenchTopicX"] * 12 + ["BenchTopicX2"]]
+    tx = [TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_COMMIT_TYPE]
+    odd = []
+    with StoreWriter(root, commitlog_file_size=4096, cq_file_size=600) as w:
+        for run in runs:
+            for n, topic in enumerate(run):
+                qid = rnd.choice([0, 1, 2, 3, 7, 40000]) if n % 5 else n % 4
+                t = tx[n % 3] if n % 7 == 6 else 0
+                a = w.append(MessageSpec(topic, bytes(rnd.randrange(0, 40)), queue_id=qid, transaction=t))
+                if n % 11 == 10:
+                    odd.append(a.offset)  # its QUEUEID patched below: a queue id no writer would use
+    size = 4096
+    for off in odd:
+        with open(root / "commitlog" / f"{off - off % size:020d}", "r+b") as f:
+            f.seek(off % size + MESSAGE_QUEUE_ID_POSITION)
+            f.write((-3 - off % 5).to_bytes(4, "big", signed=True))
+    return root
+
+
+@pytest.mark.parametrize("max_words", [32, 1], ids=["words", "longer_than_words"])
+def test_batches_of_mixed_topics_and_queues(max_words, tmp_path, monkeypatch):
+    """Batches whose rows look like one topic but are not, or spread over many queues: the compiled re-dispatch
+    (its one-topic path and the general grouping) equals the pure one for every batch size; ``max_words`` 1:
+    every topic but the 1-byte ones is longer than the words compared in place."""
+    from rmqdump.fast import redispatch as fr
+
+    monkeypatch.setattr(fr, "_MAX_WORDS", max_words)
+    store = _grouping_store(tmp_path / "s")
+    monkeypatch.setenv("RMQDUMP_FAST", "1")
+    cl = Store.open(store).commitlog
+    assert len(cl.segments) > 3
+    kw = {"start_index": 0, "end_offset": cl.segments[-1].end}
+    for sts in ([], [_State("BenchTopicX", 1, 2, -1), _State("TopicAAA2", 40000, 0, -1, [])]):
+        for bcq in (frozenset(), frozenset({"BenchTopicY"})):
+            pure = _docs(redispatch(cl, sts, batch_topics=bcq, **kw))
+            names = [q["queue"].rsplit("/", 1) for q in pure]
+            assert {"BenchTopicX", "BenchTopicX2", "TopicAAA1", "TopicAAA2", *LONG, "T", "U"} <= {t for t, _ in names}
+            assert ("BenchTopicY" in {t for t, _ in names}) == (not bcq)
+            assert {"40000", "-4", "-5"} <= {qid for _, qid in names}
+            for batch in (1, 2, 3, 5, 8, 13, 64, 65536):
+                fast = _docs(fr.redispatch_fast(cl, sts, batch_records=batch, batch_topics=bcq, **kw))
+                assert fast == pure, (len(sts), sorted(bcq), batch)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 3, 8, 65536])
+def test_one_topic_check_is_exact(batch, tmp_path):
+    """``_single_topic`` names the topic exactly when every row has the same topic bytes (never a near miss,
+    never a fallback for the topics it compares in place), at any offset within a word and on any subset."""
+    import numpy as np
+
+    from rmqdump.fast import redispatch as fr
+    from rmqdump.fast.segment_walk import FastSegmentWalk
+
+    cl = Store.open(_grouping_store(tmp_path / "s")).commitlog
+    seen = {"one": 0, "mixed": 0}
+    for seg in cl.segments:
+        with FastSegmentWalk(segment=seg, check_crc=False, end_offset=seg.end, batch_records=batch) as w:
+            for b in w:
+                for rows in (np.arange(b.n), np.arange(b.n)[::2], np.arange(b.n)[1:]):
+                    if not rows.size:
+                        continue
+                    topics = {b.topic_raw(int(i)) for i in rows}
+                    one = topics.pop() if len(topics) == 1 else None
+                    assert fr._single_topic(b, rows) == one, (seg.name, batch, rows.tolist())
+                    seen["mixed" if one is None else "one"] += 1
+    assert seen["one"] and (seen["mixed"] or batch == 1)

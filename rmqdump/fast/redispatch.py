@@ -6,8 +6,10 @@ The pure reference builds a :class:`~rmqdump.codec.record.Message` per record an
 batch is fed to the same model in bulk:
 
 * records to dispatch: sysflag NOT/COMMIT, offset past ``after``, topic not a BatchCQ topic;
-* each record's queue: topic bytes hashed per row (numpy), grouped exactly (a hash collision, or very long
-  topics, fall back to a dict of topic bytes), then (topic, queue id) pairs mapped to the model's queues;
+* each record's queue: a batch of one topic (compared in place with the first row's, word by word) and no LMQ
+  targets is split by queue id with one stable sort; otherwise topic bytes are hashed per row (numpy), grouped
+  exactly (a hash collision, or very long topics, fall back to a dict of topic bytes), then (topic, queue id)
+  pairs mapped to the model's queues;
 * LMQ multi-dispatch: only records whose properties are long enough to name targets and hold
   ``INNER_MULTI_DISPATCH`` are decoded (a ``Message`` each) for :func:`multi_dispatch_targets`;
 * per queue, the puts in commitlog order: the prefix already built (``offset + size <= maxPhysicOffset``)
@@ -93,15 +95,23 @@ class _Feeder:
     def batch(self, b: RecordBatch) -> None:
         np = self.np
         offsets = b.offsets
-        tx = b["sys_flag"] & TRANSACTION_TYPE_MASK
-        keep = np.isin(tx, _DISPATCHED_TYPES)
+        keep = _dispatched(np, b["sys_flag"])
         if self.after >= 0:
             keep &= offsets > self.after
         rows = np.flatnonzero(keep)
         if not rows.size:
             return
-        qids = b["queue_id"][rows]
         tids, raws = _topic_groups(b, rows)
+        held = None
+        if len(raws) == 1:
+            topic = raws[0].decode("utf-8", "replace")
+            if topic in self.model.batch_topics:
+                return
+            held = _multi_rows(b, rows)
+            if not held:
+                self._one_topic(b, rows, offsets, topic)
+                return
+        qids = b["queue_id"][rows]
         # (topic, queue id) pairs -> the model's queues (-1: a BatchCQ topic, not dispatched)
         pair = (tids.astype(np.int64) << 32) | (qids.astype(np.int64) & 0xFFFFFFFF)
         upairs, pfirst, pinv = np.unique(pair, return_index=True, return_inverse=True)
@@ -128,7 +138,7 @@ class _Feeder:
         qoffs = b["queue_offset"][rows]
         offs = offsets[rows]
         order = rows.astype(np.int64) << 16
-        extra = self._multi(b, rows, queues, index)
+        extra = self._multi(b, rows, queues, index, held)
         if extra:
             e = np.array(extra, dtype=np.int64).reshape(-1, 5)
             qi, offs, sizes, qoffs, order = (np.concatenate((a, e[:, k])) for k, a in
@@ -139,13 +149,30 @@ class _Feeder:
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), qi.size], strict=True):
             _put_all(queues[int(qi[lo])], offs[lo:hi], sizes[lo:hi], qoffs[lo:hi])
 
-    def _multi(self, b: RecordBatch, rows: np.ndarray, queues: list, index: dict[int, int]) -> list[tuple]:
-        """The extra puts of LMQ multi-dispatch: (queue index, offset, size, queue offset, order) rows."""
-        cand = rows[b["properties_length"][rows] >= MULTI_MIN_PROPERTIES]
-        if not cand.size:
-            return []
+    def _one_topic(self, b: RecordBatch, rows: np.ndarray, offsets: np.ndarray, topic: str) -> None:
+        """``rows`` all of ``topic`` (not a BatchCQ topic), none naming LMQ targets: one stable sort by queue id
+        keeps each queue's rows in commitlog order."""
+        np = self.np
+        qids = b["queue_id"][rows]
+        offs, sizes, qoffs = offsets[rows], b["size"][rows].astype(np.int64), b["queue_offset"][rows]
+        q0 = int(qids[0])
+        if bool((qids == q0).all()):
+            _put_all(self.model.queue(topic, q0), offs, sizes, qoffs)
+            return
+        lo, hi = int(qids.min()), int(qids.max())
+        keys = qids.astype(np.int16) if -(1 << 15) <= lo and hi < 1 << 15 else qids  # int16: a radix sort
+        perm = np.argsort(keys, kind="stable")
+        qids, offs, sizes, qoffs = qids[perm], offs[perm], sizes[perm], qoffs[perm]
+        cuts = (np.flatnonzero(qids[1:] != qids[:-1]) + 1).tolist()
+        for a, z in zip([0, *cuts], [*cuts, qids.size], strict=True):
+            _put_all(self.model.queue(topic, int(qids[a])), offs[a:z], sizes[a:z], qoffs[a:z])
+
+    def _multi(self, b: RecordBatch, rows: np.ndarray, queues: list, index: dict[int, int],
+               held: list[int] | None = None) -> list[tuple]:
+        """The extra puts of LMQ multi-dispatch: (queue index, offset, size, queue offset, order) rows.
+        ``held``: :func:`_multi_rows` of ``rows`` when already known."""
         out: list[tuple] = []
-        for i in _holding(b, cand, _MULTI):
+        for i in _multi_rows(b, rows) if held is None else held:
             rec = b.message(int(i), read_body=False)
             for j, (name, qid, qoff) in enumerate(multi_dispatch_targets(rec.properties, rec.queue_id)):
                 q = self.model.queue(name, qid)
@@ -154,6 +181,23 @@ class _Feeder:
                     queues.append(q)
                 out.append((k, rec.offset, rec.size, qoff, (int(i) << 16) + 1 + j))
         return out
+
+
+def _dispatched(np, sys_flag: np.ndarray) -> np.ndarray:
+    """Per row: is its transaction type one the dispatcher builds queues for (NOT or COMMIT)?"""
+    tx = sys_flag & TRANSACTION_TYPE_MASK
+    if 0 in _DISPATCHED_TYPES and not tx.any():  # the usual batch: no transaction records at all
+        return np.ones(tx.size, bool)
+    keep = tx == _DISPATCHED_TYPES[0]
+    for t in _DISPATCHED_TYPES[1:]:
+        keep |= tx == t
+    return keep
+
+
+def _multi_rows(b: RecordBatch, rows: np.ndarray) -> list[int]:
+    """The records among ``rows`` whose properties are long enough to name LMQ targets and hold them."""
+    cand = rows[b["properties_length"][rows] >= MULTI_MIN_PROPERTIES]
+    return _holding(b, cand, _MULTI) if cand.size else []
 
 
 def _put_all(q, offs: np.ndarray, sizes: np.ndarray, qoffs: np.ndarray) -> None:
@@ -182,6 +226,9 @@ def _put_all(q, offs: np.ndarray, sizes: np.ndarray, qoffs: np.ndarray) -> None:
 def _topic_groups(b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
     """Per row an index into the distinct topic byte strings of ``rows`` (and those strings)."""
     np = _numpy()
+    one = _single_topic(b, rows)
+    if one is not None:
+        return np.zeros(rows.size, np.int64), [one]
     starts = b["topic_start"][rows]
     lens = np.maximum(b["topic_length"][rows], 0).astype(np.int64)
     nwords = (int(lens.max()) + 7) // 8
@@ -207,6 +254,49 @@ def _topic_groups(b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[by
     for n, (s, ln) in enumerate(zip(starts.tolist(), lens.tolist(), strict=True)):
         tids[n] = ids.setdefault(b.buf[s:s + ln].tobytes(), len(ids))
     return tids, list(ids)
+
+
+def _single_topic(b: RecordBatch, rows: np.ndarray) -> bytes | None:
+    """The topic bytes of every row of ``rows`` when they are all the same, else None (not known to be).
+
+    Lengths equal, then each row's topic compared in place with the first row's: as the aligned 8-byte words
+    holding it (an aligned gather is several times cheaper than an unaligned one), against the first row's
+    bytes placed at the row's offset within its word, the bytes outside the topic masked off."""
+    np = _numpy()
+    lens = b["topic_length"][rows]
+    n = int(lens[0])
+    if n < 0 or not bool((lens == n).all()):
+        return None
+    starts = b["topic_start"][rows]
+    s0 = int(starts[0])
+    topic = b.buf[s0:s0 + n].tobytes()
+    if not n:
+        return topic
+    nwords = (n + 14) // 8  # the words a topic starting anywhere in a word touches
+    words = np.ndarray(shape=(b.buf.size // 8,), dtype="<u8", buffer=b.buf)
+    q = starts >> 3
+    if n > 8 * _MAX_WORDS or int(starts.min()) < 0 or int(q.max()) + nwords > words.size:
+        return None
+    r = starts & 7
+    pattern, mask = _placed(np, topic, nwords)
+    r0 = int(r[0])
+    if bool((r == r0).all()):  # one offset within the word: the expected words are scalars
+        pattern, mask, r = pattern[r0:r0 + 1], mask[r0:r0 + 1], 0
+    for j in range(nwords):
+        diff = words[q + j] ^ pattern[r, j]
+        diff &= mask[r, j]
+        if diff.any():
+            return None
+    return topic
+
+
+def _placed(np, topic: bytes, nwords: int) -> tuple[np.ndarray, np.ndarray]:
+    """``topic`` at each offset 0-7 of ``nwords`` little-endian words, and which of their bytes are the topic:
+    two (8, nwords) uint64 arrays."""
+    n = len(topic)
+    image = b"".join(bytes(r) + topic + bytes(8 * nwords - r - n) for r in range(8))
+    ones = b"".join(bytes(r) + b"\xff" * n + bytes(8 * nwords - r - n) for r in range(8))
+    return (np.frombuffer(image, "<u8").reshape(8, nwords), np.frombuffer(ones, "<u8").reshape(8, nwords))
 
 
 def _holding(b: RecordBatch, rows: np.ndarray, needle: bytes) -> list[int]:
@@ -274,8 +364,7 @@ def dispatch_candidates(cl: CommitLog, start: int, end: int, built: dict[tuple[s
 
 def _candidates(np, b: RecordBatch, built: dict[tuple[str, int], int]) -> list[int]:
     """Rows of ``b`` :func:`dispatch_candidates` hands on."""
-    tx = b["sys_flag"] & TRANSACTION_TYPE_MASK
-    rows = np.flatnonzero(np.isin(tx, _DISPATCHED_TYPES))
+    rows = np.flatnonzero(_dispatched(np, b["sys_flag"]))
     if not rows.size:
         return []
     qids = b["queue_id"][rows]
