@@ -272,14 +272,13 @@ def _single_topic(b: RecordBatch, rows: np.ndarray) -> bytes | None:
     topic = b.buf[s0:s0 + n].tobytes()
     if not n:
         return topic
-    nwords = (n + 14) // 8  # the words a topic starting anywhere in a word touches
     words = np.ndarray(shape=(b.buf.size // 8,), dtype="<u8", buffer=b.buf)
-    q = starts >> 3
+    q, r = starts >> 3, starts & 7
+    r0, rmax = int(r[0]), int(r.max())
+    nwords = (rmax + n + 7) // 8  # the words a topic starting at offset rmax of a word touches
     if n > 8 * _MAX_WORDS or int(starts.min()) < 0 or int(q.max()) + nwords > words.size:
         return None
-    r = starts & 7
-    pattern, mask = _placed(np, topic, nwords)
-    r0 = int(r[0])
+    pattern, mask = _placed(np, topic, rmax, nwords)
     if bool((r == r0).all()):  # one offset within the word: the expected words are scalars
         pattern, mask, r = pattern[r0:r0 + 1], mask[r0:r0 + 1], 0
     for j in range(nwords):
@@ -290,13 +289,13 @@ def _single_topic(b: RecordBatch, rows: np.ndarray) -> bytes | None:
     return topic
 
 
-def _placed(np, topic: bytes, nwords: int) -> tuple[np.ndarray, np.ndarray]:
-    """``topic`` at each offset 0-7 of ``nwords`` little-endian words, and which of their bytes are the topic:
-    two (8, nwords) uint64 arrays."""
+def _placed(np, topic: bytes, rmax: int, nwords: int) -> tuple[np.ndarray, np.ndarray]:
+    """``topic`` at each offset 0..``rmax`` of ``nwords`` little-endian words, and which of their bytes are the
+    topic: two (rmax + 1, nwords) uint64 arrays."""
     n = len(topic)
-    image = b"".join(bytes(r) + topic + bytes(8 * nwords - r - n) for r in range(8))
-    ones = b"".join(bytes(r) + b"\xff" * n + bytes(8 * nwords - r - n) for r in range(8))
-    return (np.frombuffer(image, "<u8").reshape(8, nwords), np.frombuffer(ones, "<u8").reshape(8, nwords))
+    image = b"".join(bytes(r) + topic + bytes(8 * nwords - r - n) for r in range(rmax + 1))
+    ones = b"".join(bytes(r) + b"\xff" * n + bytes(8 * nwords - r - n) for r in range(rmax + 1))
+    return (np.frombuffer(image, "<u8").reshape(-1, nwords), np.frombuffer(ones, "<u8").reshape(-1, nwords))
 
 
 def _holding(b: RecordBatch, rows: np.ndarray, needle: bytes) -> list[int]:
