@@ -14,7 +14,6 @@ FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
 _CRC_KEY = np.frombuffer(b"__CRC32#", dtype=np.uint8).copy()
 _INNER_KEY = np.frombuffer(b"INNER_NUM", dtype=np.uint8).copy()
-_NOT_ASCII = NOT_ASCII
 
 
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
@@ -26,29 +25,31 @@ def props_scan(buf, ps, pl):
     ``INNER_NUM\x01``, 0 when not. ``tags``: the Java hash of the TAGS value as the property parser,
     ``_find`` and ``_java_hash`` give it for ASCII properties (the last \x02-separated field named TAGS with a
     non-empty value; 0 without one), ``NOT_ASCII`` when a byte is not ASCII.
-    A state per byte: 0 a key starts, 1 in a key, 2 a value starts, 3 in a value, 4 malformed.
+    Plain bytes (3..0x7F) cost one compare; a field (``a``: its start, ``one``: its first \x01) is judged
+    at its separator.
     """
-    state = 0
-    acc = np.uint8(0)
+    bad = False
+    nonascii = False
     crc = False
     inner = 0
     h = np.int64(0)
-    a = 0  # where the current field starts
-    for j in range(pl + 1):
-        b = buf[ps + j] if j < pl else np.uint8(2)  # the end closes the last field as a separator would
-        acc |= b
-        if 3 <= b < 0x80:
-            if state == 0:
-                state = 1
-            elif state == 2:
-                state = 3
-        elif b == 1:
-            if state == 0:
-                state = 4
-            elif state == 1:
-                state = 2
-            elif state == 2:
-                state = 3
+    a = 0
+    one = -1
+    j = 0
+    while True:
+        while j < pl:  # plain bytes: one compare each
+            c = buf[ps + j]
+            if 3 <= c < 0x80:
+                j += 1
+            else:
+                break
+        end = j >= pl
+        b = np.uint8(2) if end else buf[ps + j]  # the end closes the last field as a separator would
+        if b == 1:
+            if one < 0:  # the key's end
+                one = j
+                if j == a:
+                    bad = True  # an empty key
             if j >= 8 and buf[ps + j - 1] == 35:  # ends with "#": "__CRC32#"?
                 same = True
                 for k in range(8):
@@ -65,21 +66,30 @@ def props_scan(buf, ps, pl):
                 if same:
                     inner = 1
         elif b == 2:
-            if j - a >= 6 and buf[ps + a] == 84 and buf[ps + a + 1] == 65 and buf[ps + a + 2] == 71 \
-                    and buf[ps + a + 3] == 83 and buf[ps + a + 4] == 1:  # "TAGS\x01" and a value
-                v = np.int64(0)
-                for k in range(ps + a + 5, ps + j):
-                    v = (31 * v + np.int64(buf[k])) & 0xFFFFFFFF
-                h = v - 0x100000000 if v >= 0x80000000 else v
+            if j == a:
+                if not end:
+                    bad = True  # an empty field (a trailing separator is allowed)
+            else:
+                if one < 0 or j == one + 1:
+                    bad = True  # no value
+                if j - a >= 6 and buf[ps + a] == 84 and buf[ps + a + 1] == 65 and buf[ps + a + 2] == 71 \
+                        and buf[ps + a + 3] == 83 and buf[ps + a + 4] == 1:  # "TAGS\x01" and a value
+                    v = np.int64(0)
+                    for k in range(ps + a + 5, ps + j):
+                        v = (31 * v + np.int64(buf[k])) & 0xFFFFFFFF
+                    h = v - 0x100000000 if v >= 0x80000000 else v
+            if end:
+                break
             a = j + 1
-            if j < pl:
-                state = 0 if state == 3 else 4
-            elif state != 0 and state != 3:  # the end: within a key or before a value
-                state = 4
-        else:
-            state = 4
-    tags = _NOT_ASCII if acc >= 0x80 else h
-    return (-1 if state == 4 or crc else inner), tags
+            one = -1
+        else:  # NUL or not ASCII
+            bad = True
+            if b >= 0x80:
+                nonascii = True
+        j += 1
+    if nonascii:
+        return np.int64(-1), np.int64(NOT_ASCII)
+    return (np.int64(-1) if bad or crc else np.int64(inner)), h
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
