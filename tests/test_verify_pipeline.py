@@ -106,3 +106,71 @@ def test_pipeline_worker_bug_surfaces(monkeypatch):
         with pytest.raises(ZeroDivisionError, match="bug in segment 1"):
             V.verify_store(FIXTURES / "store")
         assert not [t for t in threading.enumerate() if t.name == "rmqdump-verify-walk"]
+
+
+def _rss_kb(path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, mine = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+                mine = line.rstrip().endswith(str(path))
+            elif mine and line.startswith("Rss:"):
+                total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="no /proc/self/smaps here")
+def test_populate_maps_the_pages_the_walk_reads_next(tmp_path):
+    import mmap
+
+    from rmqdump.disk.segment import Segment
+    from rmqdump.fast.segment_walk import _MADV_POPULATE_READ, POPULATE_STEP, FastSegmentWalk
+
+    path = tmp_path / "00000000000000000000"
+    path.write_bytes(b"\0" * (4 << 20))
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 4096, access=mmap.ACCESS_READ) as probe:
+        try:
+            probe.madvise(_MADV_POPULATE_READ, 0, 4096)
+        except OSError:
+            pytest.skip("this kernel has no MADV_POPULATE_READ (Linux < 5.14)")
+    w = FastSegmentWalk(segment=Segment(path, 0, 4 << 20), release_pages=False)
+    try:
+        assert _rss_kb(path) == 0
+        assert w.populate(4096, 3 << 20) == POPULATE_STEP + 4096  # one step at a time
+        assert POPULATE_STEP // 1024 <= _rss_kb(path) < 4096  # (a large folio maps a little more)
+        assert w.populate(3 << 20, 8 << 20) == 4 << 20  # never past the segment
+        w.release_before(2 << 20)
+        assert w.populate(4096, 1 << 20) == 4096  # nor behind what was released
+    finally:
+        w.close()
+    assert w.populate(0, 1 << 20) == 0  # unmapped: nothing
+
+
+def test_ahead_maps_a_bounded_window_from_where_the_walk_goes_on(monkeypatch):
+    monkeypatch.setattr(pipeline, "POPULATE_AHEAD", 10)
+    calls = []
+
+    class Walk:
+        def populate(self, start, upto):
+            calls.append((start, upto))
+            return min(upto, start + 4)
+
+    sink = pipeline._Sink(None, threading.Event())
+    ahead = pipeline._Ahead(sink)
+    assert not ahead.step()  # no walk yet
+    w = Walk()
+    sink.front = (w, 100)
+    while ahead.step():
+        pass
+    assert calls == [(100, 110), (104, 110), (108, 110)]
+    calls.clear()
+    sink.front = (w, 106)  # the walk moved on: from where it is or what is mapped, up to 10 past it
+    while ahead.step():
+        pass
+    assert calls == [(110, 116), (114, 116)]
+    calls.clear()
+    sink.front = (Walk(), 0)  # the next segment's walk: from its start
+    ahead.step()
+    assert calls == [(0, 10)]

@@ -29,6 +29,9 @@ DEPTH = 3
 #: records collected per ``on_message`` item
 MESSAGES = 1024
 _POLL = 0.05
+#: bytes the caller's thread, when it waits, maps ahead of where the walk is (its page faults, taken off the
+#: walking thread)
+POPULATE_AHEAD = 16 << 20
 #: the GIL switch interval while both threads run: a thread coming back from a kernel call (which released the
 #: GIL) waits for the other to give it up, by default up to 5 ms each time
 SWITCH_INTERVAL = 0.0002
@@ -53,13 +56,16 @@ class _Sink:
         self.k = 0
         self.msgs: list = []
         self.walk = None
+        self.front: tuple = (None, 0)  # (walk, position) where the walk goes on from: read by the caller
 
     def start_walk(self, walk) -> None:
         self.walk = walk
+        self.front = (walk, walk.start_pos)
 
     def end_walk(self, walk) -> None:
         """The walk is done: the caller's thread unmaps it once it has joined every batch before."""
         self.walk = None
+        self.front = (None, 0)
         try:
             self.flush()
             self.put(("w", self.k, walk))
@@ -93,7 +99,31 @@ class _Sink:
         cls = type(batch)
         own = cls(batch.buf, {k: v[lo:hi].copy() for k, v in batch.columns.items()}, hi - lo, batch.seg_start,
                   batch.file, batch.intern)
+        self.front = (self.walk, int(batch["file_pos"][hi - 1]) + int(batch["size"][hi - 1]))
         self.put(("b", self.k, (own, self.walk, int(batch["file_pos"][lo]))))
+
+
+class _Ahead:
+    """The caller's thread, while it waits for the walk, maps the pages the walk reads next
+    (:data:`POPULATE_AHEAD` bytes from where it goes on), a step at a time."""
+
+    def __init__(self, sink: _Sink):
+        self.sink = sink
+        self.walk = None
+        self.at = 0
+
+    def step(self) -> bool:
+        """Map one more step; False when there is nothing (more) to map now."""
+        walk, pos = self.sink.front
+        if walk is None:
+            return False
+        if walk is not self.walk:
+            self.walk, self.at = walk, pos
+        start = max(self.at, pos)
+        if start >= pos + POPULATE_AHEAD:
+            return False
+        self.at = walk.populate(start, pos + POPULATE_AHEAD)
+        return self.at > start
 
 
 def wanted(segments: Sequence, use_mmap: bool) -> bool:
@@ -144,10 +174,16 @@ def verify_pipelined(segments: Sequence, verify_one: Callable[[Any, Callable, Ca
     sys.setswitchinterval(min(switch, SWITCH_INTERVAL))
     worker.start()
     failed: dict[int, RmqdumpError] = {}
+    ahead = _Ahead(sink)
     try:
         done = 0
         while done < len(segments):
-            kind, k, item = q.get()
+            try:
+                kind, k, item = q.get_nowait()
+            except queue.Empty:
+                if ahead.step():
+                    continue
+                kind, k, item = q.get()
             if kind == "x":
                 raise item
             if kind == "e":
