@@ -123,7 +123,7 @@ def _units(cq, start: int, stop: int | None = None):
                 os.close(fd)
         except (OSError, StoreError):
             raw = b"x"
-        if not raw.strip(b"\0"):
+        if raw == bytes(len(raw)):  # (strip() would copy the written part: ~15 x slower)
             continue  # never written: every unit invalid
         for u in cq.iter_raw(lo):
             if u.queue_offset >= hi:
