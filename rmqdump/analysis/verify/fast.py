@@ -18,6 +18,7 @@ the mapped bytes again.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 
@@ -39,6 +40,9 @@ from rmqdump.fast.intern import TopicIntern
 from rmqdump.store.commitlog import CommitLog, read_record
 
 _M64 = (1 << 64) - 1
+#: per thread, the column arrays of the last segment verified there: the next segment walks into them (10 MB
+#: allocated per segment otherwise, which the C allocator does not always give back)
+_spare = threading.local()
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _FNV_OFFSET, _FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
 _QHASH = 0x9E3779B97F4A7C15
@@ -369,7 +373,7 @@ class _FastSegment:
         try:
             first = fw.FastSegmentWalk(segment=seg, start_pos=0, check_crc=self.check_crc,
                                        max_record_size=self.max_record_size, release_pages=sink is None,
-                                       intern=self.intern)
+                                       intern=self.intern, columns=getattr(_spare, "columns", None))
         except StoreError:
             return None  # the pure path reports it in its own words
         if first.size != seg.size or first.size == 0:
@@ -383,7 +387,8 @@ class _FastSegment:
         end_offset = seg.start
         stop: Invalid | None = None
         w = first
-        columns = None
+        columns = first.cols
+        _spare.columns = None  # this segment's until it ends
         try:
             while True:
                 if sink is not None:
@@ -424,6 +429,7 @@ class _FastSegment:
                                        max_record_size=self.max_record_size, columns=columns,
                                        release_pages=sink is None, intern=self.intern)
         finally:
+            _spare.columns = columns  # every batch of it was checked (and copied where kept): the next segment's
             t = self.t
             s = t.state
             res.records = self.records
