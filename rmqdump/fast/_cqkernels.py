@@ -18,7 +18,7 @@ from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 from rmqdump.fast._jsonkernels import _TAGS, _find, _java_hash, _parse_props, _utf8_ok
 from rmqdump.fast._kernels import prefetch
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
-from rmqdump.fast._recordkernels import props_scan
+from rmqdump.fast._recordkernels import props_scan, same_bytes, topic_slot
 from rmqdump.fast.abi import (
     J_ARENA,
     J_ARENA_LEN,
@@ -65,20 +65,10 @@ from rmqdump.fast.abi import (
     NOT_ASCII,
 )
 
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
 _QHASH = np.uint64(0x9E3779B97F4A7C15)
 _EXT_LIMIT = -2147483649  # tagsCode at or below: a ConsumeQueueExt address
 _TAGS_KEY = np.frombuffer(b"TAGS\x01", dtype=np.uint8).copy()
 _AHEAD = 8  # rows cqjoin prefetches ahead
-
-
-@njit(cache=True, nogil=True)
-def _fnv(buf, s, n):
-    h = _FNV_OFFSET
-    for j in range(n):
-        h = (h ^ np.uint64(buf[s + j])) * _FNV_PRIME
-    return h
 
 
 @njit(cache=True, nogil=True)
@@ -116,31 +106,10 @@ def cqjoin(buf, i0, n, seg_start, pos, size, qid, qoff, sys_flag, tstart, tlen, 
         wt = d_tid[i] if derived else -1
         if wt >= 0:
             t = wmap[wt]
-        if t < 0 and prev_t >= 0 and tl == prev_l:
-            same = True
-            for j in range(tl):
-                if buf[ts + j] != buf[prev_s + j]:
-                    same = False
-                    break
-            if same:
-                t = prev_t
+        if t < 0 and prev_t >= 0 and tl == prev_l and same_bytes(buf, ts, buf, prev_s, tl):
+            t = prev_t
         if t < 0:
-            h = _fnv(buf, ts, tl)
-            s = np.int64(h & np.uint64(mask))
-            while ht_ids[s] >= 0:
-                if ht_keys[s] == h:
-                    k = ht_ids[s]
-                    if alen[k] == tl:
-                        same = True
-                        a = aoff[k]
-                        for j in range(tl):
-                            if arena[a + j] != buf[ts + j]:
-                                same = False
-                                break
-                        if same:
-                            t = k
-                            break
-                s = (s + 1) & mask
+            t = topic_slot(buf, ts, tl, ht_keys, ht_ids, mask, arena, aoff, alen)[0]
             if t < 0:
                 return i
         if wt >= 0:

@@ -58,7 +58,7 @@ from rmqdump.codec.layout import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdump.fast._link import link_shared_library, pointer_intrinsic
-from rmqdump.fast._recordkernels import intern_topic, props_scan
+from rmqdump.fast._recordkernels import intern_topic, props_scan, same_bytes, topic_slot
 from rmqdump.fast.abi import (  # kernel return codes and argument-block layout, shared with the numba-free caller
     A_BUF,
     A_BYTE_LIMIT,
@@ -661,13 +661,9 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
         c_crc_ok[un] = crc_ok
         if derive:  # while the record's bytes are in the cache
             wt = np.int64(-1)
-            if prev_wt >= 0 and it_len[prev_wt] == topic_len:  # the previous record's topic: the common case
-                a0 = it_off[prev_wt]
-                wt = prev_wt
-                for k in range(topic_len):
-                    if it_arena[a0 + k] != buf[topic_start + k]:
-                        wt = np.int64(-1)
-                        break
+            if prev_wt >= 0 and it_len[prev_wt] == topic_len and same_bytes(it_arena, it_off[prev_wt], buf,
+                                                                           topic_start, topic_len):
+                wt = prev_wt  # the previous record's topic: the common case
             if wt < 0:
                 wt = intern_topic(buf, topic_start, topic_len, it_keys, it_ids, it_mask, it_arena, it_off, it_len,
                                   it_cap, it_state)
@@ -681,8 +677,6 @@ def walk(buf, pos, size, limit, max_record_size, check_crc, crc_mode, n, max_n, 
 
 
 # --- verify: per-record checks over a walked batch (see rmqdump.analysis.verify.records) ------------------
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
 _QHASH = np.uint64(0x9E3779B97F4A7C15)
 _TS_LO, _TS_HI, _HOUR = 946684800000, 4102444800000, 3600000
 _AHEAD = 8  # rows vscan prefetches ahead
@@ -711,33 +705,11 @@ def vscan(buf, i0, n, seg_start, c_pos, c_size, c_crc, c_qid, c_qoff, c_phys, c_
         wt = np.int64(d_tid[i]) if derived else np.int64(-1)
         if wt >= 0:
             tid = np.int64(wmap[wt])
-        if tid < 0 and last_tid >= 0 and arena_len[last_tid] == tl:
-            a0 = arena_off[last_tid]
+        if tid < 0 and last_tid >= 0 and arena_len[last_tid] == tl and same_bytes(arena, arena_off[last_tid], buf,
+                                                                                   ts, tl):
             tid = last_tid
-            for k in range(tl):
-                if arena[a0 + k] != buf[ts + k]:
-                    tid = np.int64(-1)
-                    break
-        h = _FNV_OFFSET
         if tid < 0:
-            for k in range(tl):
-                h = (h ^ np.uint64(buf[ts + k])) * _FNV_PRIME
-        slot = np.int64(h & np.uint64(ht_mask))
-        while tid < 0:
-            cand = ht_ids[slot]
-            if cand < 0:
-                break
-            if ht_keys[slot] == h and arena_len[cand] == tl:
-                a0 = arena_off[cand]
-                same = True
-                for k in range(tl):
-                    if arena[a0 + k] != buf[ts + k]:
-                        same = False
-                        break
-                if same:
-                    tid = np.int64(cand)
-                    break
-            slot = (slot + 1) & ht_mask
+            tid = topic_slot(buf, ts, tl, ht_keys, ht_ids, ht_mask, arena, arena_off, arena_len)[0]
         if tid < 0:
             return i, 1
         if wt >= 0:

@@ -92,12 +92,20 @@ def props_scan(buf, ps, pl):
     return (np.int64(-1) if bad or crc else np.int64(inner)), h
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
-def intern_topic(buf, ts, tl, keys, ids, mask, arena, off, ln, cap, state):
-    """The id of topic ``buf[ts:ts + tl]`` in a walk's topic table (added when new; -1 when the table is
-    full). ``keys``/``ids``: open addressing over ``mask + 1 >= 2 * cap`` slots; ``arena``/``off``/``ln``: the
-    topics' bytes; ``state``: [topics, arena bytes used]. Ids are only ever added: equal ids mean byte-equal
-    topics."""
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def same_bytes(x, xs, y, ys, n):
+    """Whether ``x[xs:xs + n]`` equals ``y[ys:ys + n]``."""
+    for k in range(n):
+        if x[xs + k] != y[ys + k]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def topic_slot(buf, ts, tl, keys, ids, mask, arena, off, ln):
+    """Topic ``buf[ts:ts + tl]`` in an open-addressing topic table (FNV-1a 64 ``keys``, ``ids`` -1 where free,
+    the topics' bytes at ``arena[off[id]:off[id] + ln[id]]``): ``(its id or -1, the slot it is in or would go
+    in, its hash)``. The walk's, the record checks' and the CQ join's tables all probe this way."""
     h = FNV_OFFSET
     for k in range(tl):
         h = (h ^ np.uint64(buf[ts + k])) * FNV_PRIME
@@ -105,7 +113,7 @@ def intern_topic(buf, ts, tl, keys, ids, mask, arena, off, ln, cap, state):
     while True:
         c = ids[s]
         if c < 0:
-            break
+            return np.int64(-1), s, h
         if keys[s] == h and ln[c] == tl:
             a0 = off[c]
             same = True
@@ -114,8 +122,19 @@ def intern_topic(buf, ts, tl, keys, ids, mask, arena, off, ln, cap, state):
                     same = False
                     break
             if same:
-                return np.int64(c)
+                return np.int64(c), s, h
         s = (s + 1) & mask
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def intern_topic(buf, ts, tl, keys, ids, mask, arena, off, ln, cap, state):
+    """The id of topic ``buf[ts:ts + tl]`` in a walk's topic table (added when new; -1 when the table is
+    full). ``keys``/``ids``: open addressing over ``mask + 1 >= 2 * cap`` slots; ``arena``/``off``/``ln``: the
+    topics' bytes; ``state``: [topics, arena bytes used]. Ids are only ever added: equal ids mean byte-equal
+    topics."""
+    c, s, h = topic_slot(buf, ts, tl, keys, ids, mask, arena, off, ln)
+    if c >= 0:
+        return c
     n = state[0]
     used = state[1]
     if n >= cap or used + tl > arena.size:
