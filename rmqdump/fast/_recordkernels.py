@@ -16,6 +16,16 @@ _CRC_KEY = np.frombuffer(b"__CRC32#", dtype=np.uint8).copy()
 _INNER_KEY = np.frombuffer(b"INNER_NUM", dtype=np.uint8).copy()
 
 
+@njit(cache=True, nogil=True, boundscheck=False)
+def _ends_with(buf, e, lit):
+    """Whether ``buf[e - len(lit):e]`` equals ``lit`` (called after its last byte matched: rarely)."""
+    m = lit.size
+    for k in range(m):
+        if buf[e - m + k] != lit[k]:
+            return False
+    return True
+
+
 @njit(cache=True, nogil=True, boundscheck=False, inline="always")
 def props_scan(buf, ps, pl):
     """The properties ``buf[ps:ps + pl]`` in one pass: ``(check, tags)``.
@@ -50,21 +60,10 @@ def props_scan(buf, ps, pl):
                 one = j
                 if j == a:
                     bad = True  # an empty key
-            if j >= 8 and buf[ps + j - 1] == 35:  # ends with "#": "__CRC32#"?
-                same = True
-                for k in range(8):
-                    if buf[ps + j - 8 + k] != _CRC_KEY[k]:
-                        same = False
-                        break
-                crc = crc or same
-            if j >= 9 and buf[ps + j - 1] == 77:  # ends with "M": "INNER_NUM"?
-                same = True
-                for k in range(9):
-                    if buf[ps + j - 9 + k] != _INNER_KEY[k]:
-                        same = False
-                        break
-                if same:
-                    inner = 1
+            if j >= 8 and buf[ps + j - 1] == 35 and _ends_with(buf, ps + j, _CRC_KEY):  # "...#": "__CRC32#"?
+                crc = True
+            if j >= 9 and buf[ps + j - 1] == 77 and _ends_with(buf, ps + j, _INNER_KEY):  # "...M": "INNER_NUM"?
+                inner = 1
         elif b == 2:
             if j == a:
                 if not end:
