@@ -7,7 +7,7 @@ everything after it)."""
 
 from __future__ import annotations
 
-from rmqdump.codec.layout import PROPERTY_KEYS
+from rmqdump.codec.layout import PROPERTY_KEYS, STORE_ABORT_FILE
 from rmqdump.codec.record import Message
 from rmqdump.errors import RmqdumpError
 from rmqdump.findings import ERROR, INFO, WARNING, Finding
@@ -61,8 +61,11 @@ def _queue_findings(root, q: CompactionQueue, pos: Positions, cache, cap: int) -
                            f"{where}: a {has} file {name} without its partner: the broker's CompactionLog load "
                            "throws (sanityCheck) and the queue's compaction log is not served"))
     recs: dict[int, tuple[str, Message]] = {}
-    for p in q.log_files:
+    writing = None  # the first queue offset in the last (writing) log file: a pass compacts the files before it
+    for n, p in enumerate(q.log_files):
         got, stop = q.walk_file(p)
+        if n == len(q.log_files) - 1 and n and got:
+            writing = min(r.queue_offset for r in got)
         for r in got:
             recs[r.offset] = (_rel(root, p), r)
         if stop is not None:
@@ -117,10 +120,16 @@ def _queue_findings(root, q: CompactionQueue, pos: Positions, cache, cap: int) -
         return out
     last = pos.offset(q.topic, q.queue_id)
     low, high = min(by_qoff), max(by_qoff)
+    # compactAndReplace swaps the compacted files in, then persists the position: after a crash (abort left) the
+    # log may be compacted past it, up to the record before the writing file's first (all of it when that file is
+    # empty). A record is required only if every horizon in between keeps it (with no crash: the position).
+    horizon = last
+    if (root / STORE_ABORT_FILE).exists() and len(q.log_files) > 1:
+        horizon = max(last, high if writing is None else writing - 1)
     latest: dict[str, int] = {}
     for qoff, c in sorted(cl.items()):
         k = c.properties.get(PROPERTY_KEYS)
-        if k and k.strip() and qoff <= last:
+        if k and k.strip() and qoff <= horizon:
             latest[k] = qoff
     missing = lost_before = lag = 0
     first = None
@@ -131,7 +140,7 @@ def _queue_findings(root, q: CompactionQueue, pos: Positions, cache, cap: int) -
         if qoff > high:
             lag += 1
             continue
-        kept = qoff > last or (latest.get(k) == qoff and c.body_length > 0)
+        kept = qoff > horizon or (latest.get(k) == qoff and c.body_length > 0)
         if not kept:
             continue
         if qoff < low:
