@@ -146,7 +146,7 @@ class FastSegmentWalk:
         self.end_pos = start_pos
         self.kernel_kind: str | None = None  # the kernel's own verdict at an invalid stop
         self._released = 0
-        self._can_populate = self._can_release and hasattr(self._mm, "madvise")
+        self._can_populate = self._can_release  # a mapping that takes advice
 
     @property
     def phys_mismatches(self) -> int:
