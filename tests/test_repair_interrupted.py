@@ -18,10 +18,11 @@ import pytest
 from test_crash_repair import KINDS, contents
 
 from rmqdump.codec.record import Message
+from rmqdump.errors import StoreError
 from rmqdump.store.commitlog import CommitLog
 from rmqdump.store.indexfile import IndexStore
 from rmqdump.write.repair import apply as apply_mod
-from rmqdump.write.repair import apply_plan, plan_repair
+from rmqdump.write.repair import apply_plan, plan_repair, undo_backup
 from rmqdump.write.repair.salvage import FILLER_BODY_PREFIX
 
 
@@ -139,3 +140,78 @@ def test_an_interrupted_repair_does_not_pass_for_an_interrupted_append(tmp_path,
         assert plan.blocked and "--salvage" in plan.blocked and plan.salvage is None
     finally:
         plan.cleanup()
+
+
+def _tree(store: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(store)): p.read_bytes() for p in sorted(store.rglob("*"))
+            if p.is_file() and p.name != "lock"}
+
+
+def _torn_writes(damaged: Path, salvage, tmp_path: Path) -> list[int]:
+    """The changes a kill can tear: writes of data whose first half differs from the bytes it replaces."""
+    plan = plan_repair(damaged, salvage=salvage, name_clock=_clock())
+    try:
+        out = []
+        for k, c in enumerate(plan.changes):
+            if c.op == "write" and c.data and len(c.data) > 1:
+                with open(damaged / c.path, "rb") as f:
+                    f.seek(c.offset)
+                    old = f.read(c.length)
+                half = max(1, len(c.data) // 2)
+                if old[:half] != c.data[:half] and old != c.data[:half] + old[half:]:
+                    out.append(k)
+        return out
+    finally:
+        plan.cleanup()
+
+
+def test_undo_restores_a_write_the_kill_tore(base, tmp_path, monkeypatch):
+    """CI saw ``--undo`` refuse once after a kill -9 inside the one ``pwrite`` of an index file (``the
+    store changed since the repair``): a write the killed repair left half done is its own, not newer data,
+    when the repair's abort marker is there and nothing applied after it was touched."""
+    kind, damaged, salvage, _expected, _n = base
+    original = _tree(damaged)
+    ks = _torn_writes(damaged, salvage, tmp_path)
+    if not ks:
+        pytest.skip(f"{kind}: the repair writes no data a kill could tear")
+    for k in ks:
+        store, bk = tmp_path / f"s{k}", tmp_path / f"s{k}.bk"
+        shutil.copytree(damaged, store)
+        with monkeypatch.context() as mp:
+            cut = _interrupt_at(mp, k)
+            with pytest.raises(Interrupted):
+                apply_plan(store, salvage=salvage, backup_dir=bk, name_clock=_clock())
+        assert _tree(store) != original, cut
+        undo_backup(bk)
+        assert _tree(store) == original, (kind, cut)
+        shutil.rmtree(store)
+
+
+def test_undo_still_refuses_a_torn_write_when_a_later_change_was_touched(tmp_path, monkeypatch):
+    """The allowance is for the repair's own kill only: with the abort marker gone, or with a change the
+    repair applies after the torn one found done, the store changed since and undo refuses."""
+    make, salvage = KINDS["flip-lost-cq"]
+    damaged = tmp_path / "damaged"
+    make(damaged)
+    k = _torn_writes(damaged, salvage, tmp_path)[0]
+    plan = plan_repair(damaged, salvage=salvage, name_clock=_clock())
+    later = next(c for c in plan.changes[k + 1:] if c.op == "write" and c.group == plan.changes[k].group)
+    plan.cleanup()
+    for spoil in ("abort", "later", None):
+        store, bk = tmp_path / str(spoil), tmp_path / f"{spoil}.bk"
+        shutil.copytree(damaged, store)
+        with monkeypatch.context() as mp:
+            _interrupt_at(mp, k)
+            with pytest.raises(Interrupted):
+                apply_plan(store, salvage=salvage, backup_dir=bk, name_clock=_clock())
+        if spoil is None:  # the control: as the kill left it, undo restores
+            undo_backup(bk)
+            continue
+        if spoil == "abort":
+            (store / "abort").write_bytes(b"")  # a broker's own marker: it ran since
+        else:
+            with open(store / later.path, "r+b") as f:  # done, as no sequential apply killed earlier does
+                f.seek(later.offset)
+                f.write(later.data if later.data is not None else bytes(later.length))
+        with pytest.raises(StoreError, match="changed since the repair"):
+            undo_backup(bk)

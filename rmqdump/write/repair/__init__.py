@@ -19,7 +19,6 @@ marker while writing, and fsyncs data, then metadata, then directories.
 
 from rmqdump.write.repair.apply import (  # noqa: F401
     ApplyResult,
-    UndoResult,
     _apply_change,
     _backup_changes,
     _guard,
@@ -31,7 +30,6 @@ from rmqdump.write.repair.apply import (  # noqa: F401
     apply_plan,
     default_backup_dir,
     read_manifest,
-    undo_backup,
 )
 from rmqdump.write.repair.files import (  # noqa: F401
     _blank,
@@ -99,6 +97,7 @@ from rmqdump.write.repair.salvage import (  # noqa: F401
     filler_record,
     tombstone_record,
 )
+from rmqdump.write.repair.undo import UndoResult, undo_backup  # noqa: F401
 
 __all__ = ["Change", "RepairPlan", "plan_repair", "apply_plan", "undo_backup", "read_manifest", "rebuild_to",
            "rebuild_consume_queues", "build_index_files", "filler_record", "analyse_tail", "SALVAGE_CHOICES",

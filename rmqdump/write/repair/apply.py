@@ -1,4 +1,4 @@
-"""Backup, apply and undo: every byte a repair changes is copied first; ``--undo`` restores the tree."""
+"""Backup and apply: every byte a repair changes is copied first, then changed (``undo`` puts it back)."""
 
 from __future__ import annotations
 
@@ -24,11 +24,12 @@ from rmqdump.write.repair.files import (
     _pread_all,
     _pwrite_all,
     sha256_file,
-    sha256_range,
 )
 from rmqdump.write.repair.model import _CHUNK, MANIFEST, MANIFEST_FORMAT, Change, RepairPlan
 from rmqdump.write.repair.plan import plan_repair
 from rmqdump.write.writer import ensure_store_dir
+
+APPLY_GROUPS = ("commitlog", "consumequeue", "index", "checkpoint", "config")  # the order changes are applied in
 
 
 def _safe_target(root: Path, rel: str) -> Path:
@@ -279,7 +280,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
             # abort content is in the manifest: undo puts it back)
             _set_abort(root, ABORT_TAG + f" repair pid={os.getpid()}\n".encode())
             synced: set[Path] = set()
-            for group in ("commitlog", "consumequeue", "index", "checkpoint", "config"):
+            for group in APPLY_GROUPS:
                 for c, item in zip(plan.changes, items, strict=True):
                     if c.group == group:
                         _apply_change(root, c, item, synced)
@@ -309,137 +310,3 @@ def read_manifest(backup: str | os.PathLike) -> dict:
     if doc.get("format") != MANIFEST_FORMAT:
         raise FormatError(f"unknown backup format {doc.get('format')!r}", path)
     return doc
-
-
-@dataclass
-class UndoResult:
-    store: Path
-    restored: int
-    verified: int
-    mismatched_before: list[str]
-
-
-def undo_backup(backup: str | os.PathLike, *, store: str | os.PathLike | None = None, force: bool = False,
-                lock_timeout: float = 1.0) -> UndoResult:
-    """Restore every byte range and file a repair changed, then verify the sha256s of the result.
-
-    Refuses (unless ``force``) when the store no longer holds what the repair wrote — e.g. a
-    broker ran since — because restoring would then destroy newer data.
-    """
-    from rmqdump.broker.lock import StoreLock
-    from rmqdump.write.appender import ABORT_TAG
-
-    backup = Path(backup)
-    doc = read_manifest(backup)
-    if doc.get("state") not in ("prepared", "applied"):
-        raise StoreError(f"backup state is {doc.get('state')!r}; nothing to undo", backup)
-    root = Path(store) if store is not None else Path(doc["store"])
-    items = doc["items"]
-    blobs = backup / "blobs"
-    with StoreLock(root, timeout=lock_timeout):
-        _guard(root)
-        mismatched = []
-        applied = doc["state"] == "applied"
-        replaced = {it["path"] for it in items if it["op"] == "create" and it.get("replaces")}
-        for it in items:
-            target = _safe_target(root, it["path"])
-            if it["op"] == "write":
-                now = sha256_range(target, it["offset"], it["length"]) if target.exists() else None
-                if now not in (it["sha256_after"], it["sha256_before"]):
-                    mismatched.append(it["path"])
-            elif it["op"] == "delete":
-                if it["path"] in replaced:
-                    continue  # the create that replaced it is checked instead
-                if target.exists() and sha256_file(target) != it["sha256_before"]:
-                    mismatched.append(it["path"])
-            elif it["op"] == "create":
-                if target.exists() and applied and it.get("sha256_after") and sha256_file(target) != it["sha256_after"]:
-                    mismatched.append(it["path"])
-        created_dirs = sorted({d for it in items if it["op"] == "create" for d in it.get("created_dirs", [])},
-                              key=lambda d: (-d.count("/"), d))  # deepest first
-        ours = {it["path"] for it in items if it["op"] == "create"} | set(created_dirs)
-        for d in created_dirs:  # a directory the repair made must hold only what the repair made
-            try:
-                names = os.listdir(_safe_target(root, d))
-            except FileNotFoundError:
-                continue
-            except NotADirectoryError:
-                mismatched.append(d)
-                continue
-            foreign = [n for n in names if f"{d}/{n}" not in ours]
-            if foreign:
-                mismatched.append(f"{d}/{foreign[0]}")
-        if mismatched and not force:
-            raise StoreError("the store changed since the repair (" + ", ".join(mismatched[:5])
-                             + "); refusing to overwrite it (--force to restore anyway)", root)
-        for it in items:  # the blobs must be intact before anything is touched
-            if it.get("backup"):
-                blob = blobs / it["backup"]
-                if it["op"] == "write" and sha256_file(blob) != it["sha256_before"]:
-                    raise StoreError("backup blob does not match its sha256", blob)
-                if it["op"] == "delete" and sha256_file(blob) != it["sha256_before"]:
-                    raise StoreError("backup blob does not match its sha256", blob)
-        _set_abort(root, ABORT_TAG + f" undo pid={os.getpid()}\n".encode())
-        synced: set[Path] = set()
-        for it in reversed(items):
-            target = _safe_target(root, it["path"])
-            if it["op"] == "write":
-                data = (blobs / it["backup"]).read_bytes()
-                fd = _open(target, os.O_RDWR)
-                try:
-                    _pwrite_all(fd, data, it["offset"])
-                    fsync_fd(fd, target)
-                finally:
-                    os.close(fd)
-            elif it["op"] == "delete":
-                tmp = target.with_name(target.name + ".rmqdump-undo")
-                fd = open_write(tmp, read=True, create=True, truncate=True, mode=it.get("mode", 0o644))
-                try:
-                    os.ftruncate(fd, it["size"])
-                    if it.get("backup"):
-                        _copy_extents(blobs / it["backup"], fd)
-                    fsync_fd(fd, tmp)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, target)
-                synced.add(target.parent)
-            elif it["op"] == "create":
-                if target.exists():
-                    os.unlink(target)
-                    synced.add(target.parent)
-        left = []
-        for d in created_dirs:  # deepest first, after every file the repair created is gone
-            path = _safe_target(root, d)
-            try:
-                os.rmdir(path)
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                left.append(f"{d} ({e.strerror})")
-                continue
-            synced.discard(path)
-            synced.add(path.parent)
-        for d in sorted(synced, key=lambda p: -len(p.parts)):
-            if d.exists():
-                fsync_dir(d)
-        verified = 0
-        for it in items:
-            target = root / it["path"]
-            if it["op"] == "write":
-                ok = sha256_range(target, it["offset"], it["length"]) == it["sha256_before"]
-            elif it["op"] == "delete":
-                ok = target.exists() and sha256_file(target) == it["sha256_before"]
-            else:
-                ok = it.get("replaces") or not target.exists()  # a replaced file is checked by its delete
-            if not ok:
-                raise StoreError("restored bytes do not match the backup's sha256", target)
-            verified += 1
-        if left:
-            raise StoreError("cannot remove directories the repair created: " + ", ".join(left[:5])
-                             + " (the abort marker stays)", root)
-        before = doc.get("abort_before")
-        _set_abort(root, None if before is None else base64.b64decode(before))
-        doc["state"] = "undone"
-        doc["undone"] = time.time()
-        _write_manifest(backup, doc)
-    return UndoResult(root, len(items), verified, mismatched)
