@@ -51,6 +51,8 @@ def test_healthy_store_every_entry_in_exactly_one_window(monkeypatch):
     assert chk.loaded == total, "an entry was dropped from, or loaded into two, windows"
     assert chk.outside == 0, "a record's entry was not in its window"
     assert records * 200 > 5 * 700  # many windows
+    # nothing is kept per entry: every queue's marks are closed to its end, and hold no unmatched run
+    assert all(q.matched.done == q.n and q.matched.nbytes() == 0 for q in chk.jq)
 
 
 @pytest.mark.parametrize("how", ["size", "tags", "hole", "missing_tail", "extra_duplicate", "extra_beyond_end",

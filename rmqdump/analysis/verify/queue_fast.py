@@ -11,7 +11,8 @@ that is not valid UTF-8, the first record of a queue beyond topics.json's queue 
 with BatchCQ queues that has no ConsumeQueue entry, a record whose queue offset lies outside its queue's
 window (out-of-order entries) - are decoded and go through the pure :meth:`CqChecker.on_message`, in record
 order; there, and in :meth:`CqChecker.finish`, a queue's ``phys``/``sizes``/``tags`` outside the window are
-read from its files through a small block cache. What stays per entry is one ``matched`` byte.
+read from its files through a small block cache. Nothing stays per entry: ``matched`` keeps the runs of
+unmatched entries (:class:`~rmqdump.analysis.verify.marks.EntryMarks`).
 Records of pure-walked segments still arrive one by one through ``on_message``.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
+from rmqdump.analysis.verify.marks import EntryMarks
 from rmqdump.analysis.verify.queue_checks import CqChecker, _Queue
 from rmqdump.broker.recovery import QueueState
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE
@@ -56,7 +58,7 @@ class _Column:
 
 
 class _ColumnQueue(_Queue):
-    """A queue whose entries are read a window at a time (:meth:`read`), ``matched`` kept whole."""
+    """A queue whose entries are read a window at a time (:meth:`read`); ``matched`` keeps what is unmarked."""
 
     def __init__(self, state: QueueState, root: Path):  # noqa: D107 - no entries read here
         self.state = state
@@ -64,7 +66,7 @@ class _ColumnQueue(_Queue):
         self.base = state.first_offset
         end = state.max_offset
         self.n = end - self.base if end > self.base else 0
-        self.matched = bytearray(self.n)
+        self.matched = EntryMarks(self.n)
         self.phys, self.sizes, self.tags = _Column(self, 0), _Column(self, 1), _Column(self, 2)
         self.lo = self.hi = 0  # the window: entries lo..hi-1, at `at` of the join's columns
         self.k = self.at = 0
@@ -184,12 +186,10 @@ class FastCqChecker(CqChecker):
         """The window's matched marks into the queues' ``matched``."""
         if self.window is None:
             return
-        np = _numpy()
         wm = self.join.wmatched
         for q in self.jq:
             if q.hi > q.lo:
-                view = np.frombuffer(q.matched, np.uint8)
-                view[q.lo:q.hi] |= wm[q.at:q.at + q.hi - q.lo]
+                q.matched.close_window(q.lo, wm[q.at:q.at + q.hi - q.lo])
 
     def _limit(self, raw: bytes) -> int:
         cfg = self.topics.get(raw.decode("utf-8", "replace")) if self.topics else None
