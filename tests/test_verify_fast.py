@@ -271,5 +271,5 @@ def test_segments_walk_into_one_set_of_column_arrays(monkeypatch):
     monkeypatch.setenv("RMQDUMP_FAST", "1")
     store = FIXTURES / "store"
     assert len(CommitLog.open(store / "commitlog").segments) >= 3
-    verify_store(store)  # its segments are verified on one thread (the pipeline's worker, or this one)
+    verify_store(store)  # its segments are verified on one thread (this one; a read-ahead thread only walks)
     assert len(made) <= 1

@@ -137,13 +137,14 @@ The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rmqdump.analysis.verify import pipeline
+from rmqdump.analysis.verify import readahead
 from rmqdump.analysis.verify.compaction_checks import check_compaction
 from rmqdump.analysis.verify.epoch_checks import check_epochs
 from rmqdump.analysis.verify.index_checks import check_index
@@ -397,24 +398,19 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 take(seg, res)
     on_batch = getattr(cq_checker, "on_batch", None)
     batch_kw = {"on_batch": on_batch} if on_batch is not None and segment_verifier is None else {}
-    pipelined = jobs <= 1 and bool(batch_kw) and pipeline.wanted(cl.segments, use_mmap)
-    if pipelined:  # walk + record checks on a worker thread, the CQ join here (same records, same order)
-        def one_piped(seg, on_message, on_batch):
-            nonlocal done
-            res = run_one(seg, on_message, from_base(done), on_batch=on_batch)
+    # with consume queues to join on two CPUs: each segment's walk runs a few batches ahead on a second thread;
+    # the checks and the join run here, as in the serial loop (same records, same order)
+    ahead = jobs <= 1 and bool(batch_kw) and readahead.wanted(cl.segments, use_mmap)
+    with readahead.switch_interval() if ahead else contextlib.nullcontext():
+        for seg in cl.segments if jobs <= 1 else ():
+            try:
+                res = run_one(seg, cq_checker.on_message if cq_checker else None, from_base(done),
+                              **batch_kw, **({"read_ahead": True} if ahead else {}))
+            except RmqdumpError as e:
+                take(seg, e)
+                continue
             done += seg.size
-            return res
-
-        for seg, res in pipeline.verify_pipelined(cl.segments, one_piped, cq_checker.on_message, on_batch):
             take(seg, res)
-    for seg in cl.segments if jobs <= 1 and not pipelined else ():
-        try:
-            res = run_one(seg, cq_checker.on_message if cq_checker else None, from_base(done), **batch_kw)
-        except RmqdumpError as e:
-            take(seg, e)
-            continue
-        done += seg.size
-        take(seg, res)
     report.segments = results
     findings += merge_segments(results, cl.file_size, zero_start=cl.min_offset == 0)
     cache = RecordCache(cl, use_mmap)

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from rmqdump.analysis.verify.damage import _damage, _finish_tail
+from rmqdump.analysis.verify.readahead import ReadAhead
 from rmqdump.analysis.verify.record_checks import RecordChecker, _track_damaged_record
 from rmqdump.analysis.verify.result import SegmentResult, _Emitter
 from rmqdump.codec.layout import (
@@ -203,8 +204,9 @@ class _FastSegment:
     def __init__(self, segment: Segment, *, file_size: int | None, check_crc: bool, keep_going: bool,
                  max_record_size: int, file_label: str | None, on_message: Callable[[Message], None] | None,
                  progress: Callable[[int], None] | None, list_limit: int, max_findings_per_kind: int,
-                 zero_start: bool, on_batch: Callable | None = None):
+                 zero_start: bool, on_batch: Callable | None = None, read_ahead: bool = False):
         self.segment = segment
+        self.read_ahead = read_ahead
         self.file_size = file_size
         self.check_crc = check_crc
         self.keep_going = keep_going
@@ -367,12 +369,12 @@ class _FastSegment:
         seg = self.segment
         res = self.res
         np = fw._numpy()
-        # a sink on another thread reads the batches' bytes after the walk moved on: it releases the pages
-        sink = getattr(self.on_batch, "__self__", None)
-        sink = sink if getattr(sink, "defers_release", False) else None
+        # a walk run ahead on another thread: this thread reads a batch's bytes after the walk moved on, and
+        # releases the pages behind it (readahead.ReadAhead)
+        release = not self.read_ahead
         try:
             first = fw.FastSegmentWalk(segment=seg, start_pos=0, check_crc=self.check_crc,
-                                       max_record_size=self.max_record_size, release_pages=sink is None,
+                                       max_record_size=self.max_record_size, release_pages=release,
                                        intern=self.intern, columns=getattr(_spare, "columns", None))
         except StoreError:
             return None  # the pure path reports it in its own words
@@ -391,17 +393,12 @@ class _FastSegment:
         _spare.columns = None  # this segment's until it ends
         try:
             while True:
-                if sink is not None:
-                    sink.start_walk(w)
                 try:
-                    for batch in w:
+                    for batch in ReadAhead(w) if self.read_ahead else w:
                         self._batch(chk, batch)
                         end_offset = seg.start + int(batch["file_pos"][-1]) + int(batch["size"][-1])
                 finally:
-                    if sink is None:
-                        w.close()
-                    else:
-                        sink.end_walk(w)
+                    w.close()
                 columns = w.cols
                 st = w.stop
                 if st.kind in ("blank", "end"):
@@ -427,7 +424,7 @@ class _FastSegment:
                     self._track_damaged(st.pos)
                 w = fw.FastSegmentWalk(segment=seg, start_pos=nxt, check_crc=self.check_crc,
                                        max_record_size=self.max_record_size, columns=columns,
-                                       release_pages=sink is None, intern=self.intern)
+                                       release_pages=release, intern=self.intern)
         finally:
             _spare.columns = columns  # every batch of it was checked (and copied where kept): the next segment's
             t = self.t
@@ -475,7 +472,7 @@ def verify_segment_fast(segment: Segment, *, file_size: int | None = None, check
                         file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
                         progress: Callable[[int], None] | None = None, list_limit: int = 10000,
                         max_findings_per_kind: int = 1000, zero_start: bool = False,
-                        on_batch: Callable | None = None) -> SegmentResult | None:
+                        on_batch: Callable | None = None, read_ahead: bool = False) -> SegmentResult | None:
     """:func:`~rmqdump.analysis.verify.records.verify_segment` through the kernels; None when they cannot
     run here or the segment cannot be mapped (the caller then takes the pure path)."""
     if not fw.fast_available() or fw.backend().vscan is None:
@@ -483,4 +480,4 @@ def verify_segment_fast(segment: Segment, *, file_size: int | None = None, check
     return _FastSegment(segment, file_size=file_size, check_crc=check_crc, keep_going=keep_going,
                         max_record_size=max_record_size, file_label=file_label, on_message=on_message,
                         progress=progress, list_limit=list_limit, max_findings_per_kind=max_findings_per_kind,
-                        zero_start=zero_start, on_batch=on_batch).run()
+                        zero_start=zero_start, on_batch=on_batch, read_ahead=read_ahead).run()

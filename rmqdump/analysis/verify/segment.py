@@ -19,7 +19,8 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
                    file_label: str | None = None, on_message: Callable[[Message], None] | None = None,
                    progress: Callable[[int], None] | None = None, list_limit: int = 10000,
                    max_findings_per_kind: int = 1000, zero_start: bool = False,
-                   fast: bool | None = None, on_batch: Callable | None = None) -> SegmentResult:
+                   fast: bool | None = None, on_batch: Callable | None = None,
+                   read_ahead: bool = False) -> SegmentResult:
     """Verify every record of one segment (the finding kinds: :mod:`rmqdump.analysis.verify`).
 
     ``fast``: walk and check with the compiled kernels (:mod:`rmqdump.analysis.verify.fast`); None =
@@ -34,7 +35,7 @@ def verify_segment(segment: Segment, *, file_size: int | None = None, check_crc:
     if fast is None:
         fast = use_mmap and use_fast(segment.size, segments=(segment,))
     if fast:
-        res = verify_segment_fast(segment, on_batch=on_batch, **kwargs)
+        res = verify_segment_fast(segment, on_batch=on_batch, read_ahead=read_ahead, **kwargs)
         if res is not None:
             return res
     return verify_segment_pure(segment, use_mmap=use_mmap, **kwargs)

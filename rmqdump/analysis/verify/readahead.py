@@ -1,0 +1,131 @@
+"""The compiled walk of one segment run a few batches ahead on a second thread, for ``verify``.
+
+``verify`` on two CPUs or more: :class:`ReadAhead` iterates a :class:`~rmqdump.fast.segment_walk.FastSegmentWalk`
+on a worker thread (the walk kernel releases the GIL) and hands owned copies of its batches (the walk reuses
+its column arrays) to the calling thread through a bounded queue, in order. Everything else - the record
+checks, the records checked in Python, the consume-queue join - runs on the calling thread exactly as in the
+serial loop, so results are the serial loop's by construction. Memory stays bounded: the batch being
+checked, :data:`DEPTH` waiting and the one being walked.
+
+The walk runs with page release off: the caller releases the mapped pages behind each batch once it is
+done with it (it reads the records' bytes after the walk moved on), and while it waits for the next
+batch it maps the pages the walk reads next (:data:`POPULATE_AHEAD` bytes ahead of it), taking the walk's
+page faults off the walking thread. An exception of the walk (an :class:`~rmqdump.errors.RmqdumpError`
+included) is raised in the caller where the serial ``for batch in walk`` would have raised it; a caller
+that stops early stops and joins the worker before the walk can be unmapped.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+#: batches waiting between the threads (each up to 65536 rows, ~13 MB of columns, and 16 MiB of mapped pages).
+#: The checks are the slower side: one waiting batch keeps them busy, and more would only hold more pages.
+DEPTH = 1
+_POLL = 0.05
+#: bytes the caller's thread, when it waits, maps ahead of where the walk is
+POPULATE_AHEAD = 16 << 20
+#: the GIL switch interval while both threads run: a thread coming back from a kernel call (which released the
+#: GIL) waits for the other to give it up, by default up to 5 ms each time
+SWITCH_INTERVAL = 0.0002
+
+_END = object()
+
+
+class _Stopped(Exception):
+    """The caller gave up: the worker unwinds."""
+
+
+def wanted(segments, use_mmap: bool) -> bool:
+    """Whether verify walks ahead: two CPUs or more and every segment on the compiled path (a pure walk
+    holds the GIL: nothing to gain)."""
+    from rmqdump.fast.walk import backend, default_jobs, use_fast
+
+    if not use_mmap or not segments or not all(use_fast(s.size, segments=(s,)) for s in segments):
+        return False
+    if default_jobs() < 2:
+        return False
+    backend()  # load (or build) the kernels once, before a thread starts
+    return True
+
+
+@contextmanager
+def switch_interval(seconds: float = SWITCH_INTERVAL):
+    """A short GIL switch interval while a read-ahead walk runs (restored after)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(min(old, seconds))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+class ReadAhead:
+    """``for batch in ReadAhead(walk)``: the batches of ``walk`` (built with ``release_pages=False``), owned."""
+
+    def __init__(self, walk: Any, depth: int = DEPTH):
+        self.walk = walk
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.front = walk.start_pos  # where the walk goes on from (read by the caller to map ahead)
+        self.mapped = walk.start_pos  # how far the caller has mapped
+
+    def _put(self, item: Any) -> None:
+        while True:
+            if self.stop.is_set():
+                raise _Stopped
+            try:
+                self.q.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
+
+    def _work(self) -> None:
+        try:
+            for batch in self.walk:
+                own = batch.copy()
+                self.front = int(batch["file_pos"][-1]) + int(batch["size"][-1])
+                self._put(own)
+            self._put(_END)
+        except _Stopped:
+            return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+            try:
+                self._put(e)
+            except _Stopped:
+                return
+
+    def _map_ahead(self) -> bool:
+        """Map one more step ahead of the walk; False when there is nothing (more) to map now."""
+        pos = self.front
+        start = max(self.mapped, pos)
+        if start >= pos + POPULATE_AHEAD:
+            return False
+        self.mapped = self.walk.populate(start, pos + POPULATE_AHEAD)
+        return self.mapped > start
+
+    def __iter__(self) -> Iterator[Any]:
+        worker = threading.Thread(target=self._work, name="rmqdump-verify-walk", daemon=True)
+        worker.start()
+        try:
+            while True:
+                try:
+                    item = self.q.get_nowait()
+                except queue.Empty:
+                    if self._map_ahead():
+                        continue
+                    item = self.q.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                self.walk.release_before(int(item["file_pos"][-1]) + int(item["size"][-1]))
+        finally:
+            self.stop.set()
+            worker.join()
