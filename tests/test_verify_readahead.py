@@ -216,9 +216,9 @@ def test_stopping_early_ends_the_walking_thread_before_the_walk_is_unmapped():
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/smaps"), reason="no /proc/self/smaps here")
-def test_the_caller_releases_the_pages_behind_each_batch(tmp_path, monkeypatch):
+def test_the_pages_behind_each_checked_batch_are_released(tmp_path, monkeypatch):
     """Mapped pages stay bounded by the batches in flight (checked, waiting, walked) plus what is mapped
-    ahead, whatever the segment's size: the caller releases each batch's pages once it is done with it."""
+    ahead, whatever the segment's size: the walk releases the pages of each batch the caller is done with."""
     from rmqdump.disk.segment import Segment
     from rmqdump.write.writer import MessageSpec, StoreWriter
 

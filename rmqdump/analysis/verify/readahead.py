@@ -7,10 +7,10 @@ checks, the records checked in Python, the consume-queue join - runs on the call
 serial loop, so results are the serial loop's by construction. Memory stays bounded: the batch being
 checked, :data:`DEPTH` waiting and the one being walked.
 
-The walk runs with page release off: the caller releases the mapped pages behind each batch once it is
-done with it (it reads the records' bytes after the walk moved on), and while it waits for the next
-batch it maps the pages the walk reads next (:data:`POPULATE_AHEAD` bytes ahead of it), taking the walk's
-page faults off the walking thread. An exception of the walk (an :class:`~rmqdump.errors.RmqdumpError`
+The walk runs with its own page release off: it releases the mapped pages behind the batches the caller is
+done with (the caller reads the records' bytes after the walk moved on), and the caller, while it waits
+for the next batch, maps the pages the walk reads next (:data:`POPULATE_AHEAD` bytes ahead of it), taking
+the walk's page faults off the walking thread. An exception of the walk (an :class:`~rmqdump.errors.RmqdumpError`
 included) is raised in the caller where the serial ``for batch in walk`` would have raised it; a caller
 that stops early stops and joins the worker before the walk can be unmapped.
 """
@@ -74,6 +74,7 @@ class ReadAhead:
         self.stop = threading.Event()
         self.front = walk.start_pos  # where the walk goes on from (read by the caller to map ahead)
         self.mapped = walk.start_pos  # how far the caller has mapped
+        self.checked = walk.start_pos  # where the batches the caller is done with end (read by the walk)
 
     def _put(self, item: Any) -> None:
         while True:
@@ -91,6 +92,7 @@ class ReadAhead:
                 own = batch.copy()
                 self.front = int(batch["file_pos"][-1]) + int(batch["size"][-1])
                 self._put(own)
+                self.walk.release_before(self.checked)  # here: the caller's thread is the busier one
             self._put(_END)
         except _Stopped:
             return
@@ -125,7 +127,7 @@ class ReadAhead:
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-                self.walk.release_before(int(item["file_pos"][-1]) + int(item["size"][-1]))
+                self.checked = int(item["file_pos"][-1]) + int(item["size"][-1])
         finally:
             self.stop.set()
             worker.join()
