@@ -89,3 +89,18 @@ def test_a_command_starts_no_blas_threads():
     r = subprocess.run([sys.executable, "-c", code, "info", str(FIXTURE)], capture_output=True, text=True,
                        timeout=120, env=env)
     assert int(r.stderr.splitlines()[-1]) == 1, r.stderr[-2000:]
+
+
+def test_verify_loads_rich_on_a_second_thread_while_it_walks():
+    """A table report needs rich (~70 ms of imports): verify of a big enough store starts importing it on a
+    thread of its own, and prints the same report."""
+    code = ("import sys, threading\nimport rmqdump.cli.verify as v\nv.PRELOAD_BYTES = 0\n"
+            "started = []\nreal = threading.Thread.start\n"
+            "def start(self):\n    started.append(self.name)\n    real(self)\n"
+            "threading.Thread.start = start\nfrom rmqdump.cli import main\nsys.argv = ['rmqdump', 'verify', sys.argv[1]]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nsys.stderr.write('\\nSTARTED ' + ','.join(started) + '\\n')\n")
+    r = subprocess.run([sys.executable, "-c", code, str(FIXTURE)], capture_output=True, text=True, timeout=120)
+    assert "rmqdump-preload" in r.stderr.splitlines()[-1].split(" ", 1)[1].split(",")
+    plain = subprocess.run([sys.executable, "-m", "rmqdump.cli", "verify", str(FIXTURE)], capture_output=True,
+                           text=True, timeout=120)
+    assert r.stdout == plain.stdout and "Summary:" in r.stdout

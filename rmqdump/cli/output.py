@@ -87,6 +87,30 @@ def _no_color() -> bool:
     return "NO_COLOR" in os.environ
 
 
+#: what a table report imports (~70 ms): :func:`preload_rich` loads it while the command works
+RICH_MODULES = ("rich.console", "rich.text", "rich.cells")
+
+
+def _import_quietly(names: Sequence[str]) -> None:
+    import importlib
+
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the report's own import raises it, on the main thread
+            return
+
+
+def preload_rich() -> None:
+    """Import rich for a table report on a background thread, while a long command works on the main one
+    (whose compiled walks release the GIL); the report's own imports then find it loaded, or wait for it."""
+    if all(name in sys.modules for name in RICH_MODULES):
+        return
+    import threading
+
+    threading.Thread(target=_import_quietly, args=(RICH_MODULES,), name="rmqdump-preload", daemon=True).start()
+
+
 def stdout_console() -> Console:
     """Data console; wide when piped so tables are not squeezed to 80 columns."""
     from rich.console import Console

@@ -9,7 +9,16 @@ import click
 
 from rmqdump.analysis.verify import verify_store
 from rmqdump.cli.options import access_options, report_output_options, verify_options
-from rmqdump.cli.output import Column, default_format, diag, emit_document, escape_control, print_table, progress_bar
+from rmqdump.cli.output import (
+    Column,
+    default_format,
+    diag,
+    emit_document,
+    escape_control,
+    preload_rich,
+    print_table,
+    progress_bar,
+)
 from rmqdump.codec.layout import record_size_limit
 from rmqdump.findings import ERROR, INFO, WARNING
 from rmqdump.store.root import Store
@@ -19,6 +28,8 @@ if TYPE_CHECKING:  # rich loads only for the table report
     from rich.text import Text
 
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+#: commitlog bytes from which verify imports rich on a second thread while it walks (smaller stores: no thread)
+PRELOAD_BYTES = 64 << 20
 _TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
 
 
@@ -42,6 +53,8 @@ def verify(path, keep_going, broker_version, commitlog_only, delay_levels, list_
         raise click.BadParameter("verify prints one document: use table, json or jsonl", param_hint="--format")
     store = Store.open(path)
     total = sum(s.size for s in store.commitlog.segments)
+    if fmt == "table" and total >= PRELOAD_BYTES:
+        preload_rich()  # the report needs it at the end
     if not quiet and not no_mmap and _fast_needs_build(store):
         diag("verify: compiling the fast kernels once for this machine (10-30 s)")
     began = time.monotonic()
