@@ -4,7 +4,8 @@ Every bundled store (RocketMQ-written oracle stores with LMQ multi-dispatch, tra
 IPv6 hosts, V2 records, several files) is re-dispatched by both with the consume queues as read, with no
 queues at all (every queue re-created), with queue ends cut back (entries re-appended), shifted forward
 (records skipped as already built) and shifted back (entries misplaced), from several ``after`` offsets and
-with one-record and multi-record column batches: the results must be equal. ``verify`` documents must be
+with one-record and multi-record column batches, walked a batch ahead on a second thread or not: the
+results must be equal. ``verify`` documents must be
 equal under ``RMQDUMP_FAST=0`` and ``=1`` on stores whose recovery re-dispatches.
 """
 
@@ -19,6 +20,7 @@ from conftest import FIXTURES
 from rmqdump.analysis.verify import verify_store
 from rmqdump.broker.recovery import consume_queue_states
 from rmqdump.broker.redispatch import redispatch
+from rmqdump.fast import readahead
 from rmqdump.fast import walk as fastwalk
 from rmqdump.store.root import Store
 
@@ -76,10 +78,28 @@ def _compare(store, monkeypatch) -> int:
                 kw = {"start_index": 0, "end_offset": end, "after": after, "batch_topics": bcq}
                 pure = _docs(redispatch(cl, sts, **kw))
                 total += sum(q["count"] for q in pure)
-                for batch in (1, 3, 65536):
+                for batch, ahead in ((1, False), (3, False), (3, True), (65536, True)):
+                    monkeypatch.setattr(readahead, "wanted", lambda segments, use_mmap, a=ahead: a)
+                    ran.clear()
                     fast = _docs(redispatch_fast(cl, sts, batch_records=batch, **kw))
-                    assert fast == pure, (store, name, after, sorted(bcq), batch)
+                    assert fast == pure, (store, name, after, sorted(bcq), batch, ahead)
+                    assert bool(ran) == ahead
     return total
+
+
+@pytest.fixture(autouse=True)
+def _spy_read_ahead(monkeypatch):
+    """Which re-dispatches walked a batch ahead on a second thread (``ran``)."""
+    real = readahead.ReadAhead.__iter__
+
+    def spy(self):
+        ran.append(1)
+        yield from real(self)
+
+    monkeypatch.setattr(readahead.ReadAhead, "__iter__", spy)
+
+
+ran: list = []
 
 
 @pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.name == "store" and

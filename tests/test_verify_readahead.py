@@ -1,4 +1,4 @@
-"""verify's read-ahead (analysis.verify.readahead: each segment's compiled walk a few batches ahead on a
+"""verify's read-ahead (fast.readahead: each segment's compiled walk a few batches ahead on a
 second thread, the checks and the consume-queue join on the caller's) gives the serial loop's document: on
 damaged consume queues, with a segment that cannot be read, with the checker or the walk failing in a
 segment, with the same progress calls; a bug on the walking thread surfaces in the caller, and the thread
@@ -14,8 +14,9 @@ from test_verify_cq_fast import _copy, _damage
 
 import rmqdump.analysis.verify as V
 from conftest import FIXTURES
-from rmqdump.analysis.verify import queue_fast, readahead
+from rmqdump.analysis.verify import queue_fast
 from rmqdump.errors import StoreError
+from rmqdump.fast import readahead
 from rmqdump.fast import walk as fastwalk
 from rmqdump.fast.batch import RecordBatch
 from rmqdump.fast.segment_walk import FastSegmentWalk
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/num
 
 
 def _walkers() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "rmqdump-verify-walk"]
+    return [t for t in threading.enumerate() if t.name == "rmqdump-walk-ahead"]
 
 
 def _doc(path, monkeypatch, ahead: bool, **kw) -> str:

@@ -20,6 +20,7 @@ batch is fed to the same model in bulk:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,7 @@ from rmqdump.broker.redispatch import (
 from rmqdump.broker.systopics import multi_dispatch_targets
 from rmqdump.codec.layout import INNER_BATCH_FLAG, TRANSACTION_TYPE_MASK
 from rmqdump.errors import StoreError
+from rmqdump.fast import readahead
 from rmqdump.fast.batch import BATCH_RECORDS
 from rmqdump.fast.engine import _numpy, fast_available, use_fast
 from rmqdump.fast.segment_walk import FastSegmentWalk
@@ -66,10 +68,11 @@ def redispatch_fast(cl: CommitLog, states: Iterable, *, start_index: int, end_of
     model = DispatchModel(states, batch_topics)
     feed = _Feeder(model, after)
     columns = None
+    ahead = readahead.wanted([s for s, _ in ranges], use_mmap)  # the walk a batch ahead, the model here
     for seg, stop in ranges:
         try:
             w = FastSegmentWalk(segment=seg, check_crc=False, end_offset=stop, max_record_size=WALK_MAX_RECORD_SIZE,
-                                batch_records=batch_records, columns=columns)
+                                batch_records=batch_records, columns=columns, release_pages=not ahead)
         except StoreError:
             w = None
         if w is None or w.size != seg.size:  # the pure walk reports it in its own words
@@ -78,8 +81,8 @@ def redispatch_fast(cl: CommitLog, states: Iterable, *, start_index: int, end_of
             dispatch_segment(model, cl, seg, stop, after, use_mmap)
             continue
         columns = w.cols
-        with w:
-            for batch in w:
+        with w, readahead.switch_interval() if ahead else contextlib.nullcontext():
+            for batch in readahead.ReadAhead(w) if ahead else w:
                 feed.batch(batch)
     return model.result()
 

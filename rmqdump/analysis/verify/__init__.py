@@ -144,7 +144,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rmqdump.analysis.verify import readahead
 from rmqdump.analysis.verify.compaction_checks import check_compaction
 from rmqdump.analysis.verify.epoch_checks import check_epochs
 from rmqdump.analysis.verify.index_checks import check_index
@@ -175,6 +174,7 @@ from rmqdump.broker.recovery import (
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.errors import RmqdumpError
+from rmqdump.fast import readahead
 from rmqdump.findings import ERROR, INFO, SEVERITIES, WARNING, Finding
 from rmqdump.store.root import Store
 
@@ -398,9 +398,10 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 take(seg, res)
     on_batch = getattr(cq_checker, "on_batch", None)
     batch_kw = {"on_batch": on_batch} if on_batch is not None and segment_verifier is None else {}
-    # with consume queues to join on two CPUs: each segment's walk runs a few batches ahead on a second thread;
-    # the checks and the join run here, as in the serial loop (same records, same order)
-    ahead = jobs <= 1 and bool(batch_kw) and readahead.wanted(cl.segments, use_mmap)
+    # one thread for the segments (consume queues to join in order, or a single segment) on two CPUs: each
+    # segment's walk runs a batch ahead on a second thread; the checks and the join run here, as in the serial
+    # loop (same records, same order)
+    ahead = jobs <= 1 and segment_verifier is None and readahead.wanted(cl.segments, use_mmap)
     with readahead.switch_interval() if ahead else contextlib.nullcontext():
         for seg in cl.segments if jobs <= 1 else ():
             try:

@@ -23,7 +23,6 @@ from collections import Counter
 from collections.abc import Callable
 
 from rmqdump.analysis.verify.damage import _damage, _finish_tail
-from rmqdump.analysis.verify.readahead import ReadAhead
 from rmqdump.analysis.verify.record_checks import RecordChecker, _track_damaged_record
 from rmqdump.analysis.verify.result import SegmentResult, _Emitter
 from rmqdump.codec.layout import (
@@ -38,6 +37,7 @@ from rmqdump.errors import StoreError
 from rmqdump.fast import abi
 from rmqdump.fast import walk as fw
 from rmqdump.fast.intern import TopicIntern
+from rmqdump.fast.readahead import ReadAhead
 from rmqdump.store.commitlog import CommitLog, read_record
 
 _M64 = (1 << 64) - 1

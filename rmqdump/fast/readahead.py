@@ -1,18 +1,18 @@
-"""The compiled walk of one segment run a few batches ahead on a second thread, for ``verify``.
+"""A compiled walk of one segment run a batch ahead on a second thread, for a caller that is busy with each
+batch (``verify``'s checks and consume-queue join, the recovery prediction's re-dispatch).
 
-``verify`` on two CPUs or more: :class:`ReadAhead` iterates a :class:`~rmqdump.fast.segment_walk.FastSegmentWalk`
-on a worker thread (the walk kernel releases the GIL) and hands owned copies of its batches (the walk reuses
-its column arrays) to the calling thread through a bounded queue, in order. Everything else - the record
-checks, the records checked in Python, the consume-queue join - runs on the calling thread exactly as in the
-serial loop, so results are the serial loop's by construction. Memory stays bounded: the batch being
-checked, :data:`DEPTH` waiting and the one being walked.
+:class:`ReadAhead` iterates a :class:`~rmqdump.fast.segment_walk.FastSegmentWalk` on a worker thread (the walk
+kernel releases the GIL) and hands owned copies of its batches (the walk reuses its column arrays) to the
+calling thread through a bounded queue, in order. Whatever the caller does with a batch runs on its own
+thread exactly as in a serial ``for batch in walk`` loop, so results are the serial loop's by construction.
+Memory stays bounded: the batch being used, :data:`DEPTH` waiting and the one being walked.
 
 The walk runs with its own page release off: it releases the mapped pages behind the batches the caller is
 done with (the caller reads the records' bytes after the walk moved on), and the caller, while it waits
 for the next batch, maps the pages the walk reads next (:data:`POPULATE_AHEAD` bytes ahead of it), taking
-the walk's page faults off the walking thread. An exception of the walk (an :class:`~rmqdump.errors.RmqdumpError`
-included) is raised in the caller where the serial ``for batch in walk`` would have raised it; a caller
-that stops early stops and joins the worker before the walk can be unmapped.
+the walk's page faults off the walking thread. An exception of the walk (an
+:class:`~rmqdump.errors.RmqdumpError` included) is raised in the caller where the serial loop would have
+raised it; a caller that stops early stops and joins the worker before the walk can be unmapped.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class _Stopped(Exception):
 
 
 def wanted(segments, use_mmap: bool) -> bool:
-    """Whether verify walks ahead: two CPUs or more and every segment on the compiled path (a pure walk
-    holds the GIL: nothing to gain)."""
+    """Whether to walk ahead: two CPUs or more and every segment on the compiled path (a pure walk holds the
+    GIL: nothing to gain)."""
     from rmqdump.fast.walk import backend, default_jobs, use_fast
 
     if not use_mmap or not segments or not all(use_fast(s.size, segments=(s,)) for s in segments):
@@ -112,7 +112,7 @@ class ReadAhead:
         return self.mapped > start
 
     def __iter__(self) -> Iterator[Any]:
-        worker = threading.Thread(target=self._work, name="rmqdump-verify-walk", daemon=True)
+        worker = threading.Thread(target=self._work, name="rmqdump-walk-ahead", daemon=True)
         worker.start()
         try:
             while True:
