@@ -369,8 +369,8 @@ class _FastSegment:
         seg = self.segment
         res = self.res
         np = fw._numpy()
-        # a walk run ahead on another thread: this thread reads a batch's bytes after the walk moved on, and
-        # releases the pages behind it (readahead.ReadAhead)
+        # a walk run ahead on another thread: this thread reads a batch's bytes after the walk moved on, so the
+        # walk releases only the pages behind what this thread is done with (fast.readahead.ReadAhead)
         release = not self.read_ahead
         try:
             first = fw.FastSegmentWalk(segment=seg, start_pos=0, check_crc=self.check_crc,
