@@ -73,40 +73,21 @@ class EntryMarks:
             self.ends.append(e)
 
     def close_window(self, lo: int, marks: Any) -> None:
-        """Fold in entries ``lo..lo+len(marks)-1`` (``marks[j]`` non-zero: marked); the frontier moves to
-        their end. Entries between the frontier and ``lo`` (no window held them) stay unmarked."""
+        """Fold in entries ``lo..lo+len(marks)-1`` (``marks[j]`` non-zero: marked), the window that starts at
+        the frontier (the checker's windows follow each other); the frontier moves to their end."""
         import numpy as np
 
+        if lo != self.done:
+            raise ValueError(f"window at {lo}: the next one starts at {self.done}")
         hi = lo + len(marks)
-        if lo < self.done:  # a part already behind the frontier: set its marks one by one
-            cut = min(hi, self.done) - lo
-            for j in np.flatnonzero(marks[:cut]).tolist():
-                self[lo + j] = 1
-            marks, lo = marks[cut:], lo + cut
-        if hi <= self.done:
-            return
-        early = sorted(i for i in self.early if i < hi)
-        for i in early:
-            self.early.discard(i)
-        if lo > self.done:
-            self._unmarked(self.done, lo, early)
+        early = [i for i in self.early if i < hi]
+        self.early.difference_update(early)
         zero = np.flatnonzero(marks == 0)
-        if zero.size:
-            if early:
-                zero = zero[~np.isin(zero, np.asarray(early, np.int64) - lo)]
-            for run in np.split(zero, np.flatnonzero(np.diff(zero) != 1) + 1):
-                if run.size:
-                    self._append_run(lo + int(run[0]), lo + int(run[-1]) + 1)
+        if early and zero.size:
+            zero = zero[~np.isin(zero, np.asarray(early, np.int64) - lo)]
+        for run in np.split(zero, np.flatnonzero(np.diff(zero) != 1) + 1) if zero.size else ():
+            self._append_run(lo + int(run[0]), lo + int(run[-1]) + 1)
         self.done = hi
-
-    def _unmarked(self, s: int, e: int, early: list[int]) -> None:
-        """Entries ``s..e-1`` as runs, less the early marks among them."""
-        for i in (i for i in early if s <= i < e):
-            if i > s:
-                self._append_run(s, i)
-            s = i + 1
-        if e > s:
-            self._append_run(s, e)
 
     def find(self, value: int, start: int = 0) -> int:
         """The first unmarked entry at or after ``start``, -1 if none (``bytearray.find(0, start)``)."""
