@@ -28,9 +28,9 @@ if TYPE_CHECKING:  # rich loads only for the table report
     from rich.text import Text
 
 _STYLE = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan"}
+_TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
 #: commitlog bytes from which verify imports rich on a second thread while it walks (smaller stores: no thread)
 PRELOAD_BYTES = 64 << 20
-_TITLE = {ERROR: "Errors", WARNING: "Warnings", INFO: "Info"}
 
 
 @click.command()
