@@ -18,7 +18,6 @@ from rmqdump.analysis.verify import queue_fast
 from rmqdump.errors import StoreError
 from rmqdump.fast import readahead
 from rmqdump.fast import walk as fastwalk
-from rmqdump.fast.batch import RecordBatch
 from rmqdump.fast.segment_walk import FastSegmentWalk
 
 pytestmark = pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")
@@ -124,14 +123,14 @@ def test_read_ahead_progress_calls_match(tmp_path, monkeypatch):
 
 
 def test_a_bug_on_the_walking_thread_surfaces(monkeypatch):
-    real_copy = RecordBatch.copy
+    real_use = FastSegmentWalk.use_columns
 
-    def copy(self):  # called on the walking thread only
-        if self.seg_start == 4096:
+    def use_columns(self, cols):  # called on the walking thread only, once a walk has begun
+        if self.seg_start == 4096 and getattr(self, "records", 0):
             raise ZeroDivisionError("bug in segment 1")
-        return real_copy(self)
+        real_use(self, cols)
 
-    monkeypatch.setattr(RecordBatch, "copy", copy)
+    monkeypatch.setattr(FastSegmentWalk, "use_columns", use_columns)
     monkeypatch.setenv("RMQDUMP_FAST", "1")
     monkeypatch.setattr(readahead, "wanted", lambda segments, use_mmap: True)
     with pytest.raises(ZeroDivisionError, match="bug in segment 1"):
@@ -241,3 +240,52 @@ def test_the_pages_behind_each_checked_batch_are_released(tmp_path, monkeypatch)
         walk.close()
     assert batches >= 18
     assert peak <= 6 * 1024, f"{peak} kB of the segment mapped at once"
+
+
+def test_a_batch_stays_intact_while_the_caller_holds_it():
+    """The walk fills a ring of column sets and runs ahead while the caller holds a batch: the batch
+    still reads as the serial walk's when the caller is done with it (no copy is made)."""
+    import time
+
+    from rmqdump.disk.segment import Segment
+
+    path = FIXTURES / "store" / "commitlog" / "00000000000000000000"
+    seg = Segment(path, 0, path.stat().st_size)
+
+    def walk():
+        return FastSegmentWalk(segment=seg, release_pages=False, batch_records=1)
+
+    with walk() as w:
+        serial = [{k: v.tolist() for k, v in b.copy().columns.items()} for b in w]
+    held = []
+    with walk() as w:
+        for batch in readahead.ReadAhead(w, depth=1):
+            time.sleep(0.02)  # the walk fills every set it may meanwhile
+            held.append({k: v.tolist() for k, v in batch.columns.items()})
+    assert len(serial) > 4 and held == serial
+
+
+@pytest.mark.parametrize("batch_records", [1, 2])
+@pytest.mark.parametrize("next_own", ["last_filled", "first"])
+def test_walks_one_after_another_share_one_ring_of_column_sets(next_own, batch_records):
+    """A caller walking segment after segment hands each read-ahead the same spare list: the ring's extra
+    column sets are made once, not once per segment (the C allocator keeps what it frees), when the next
+    walk begins with the set the last one filled last. Whichever set it begins with (also the one the last
+    walk began with, which is back in the spare list), a ring never holds a set twice."""
+    from rmqdump.disk.segment import Segment
+
+    spares: list = []
+    columns = None
+    rings = []
+    for name in ("00000000000000000000", "00000000000000004096", "00000000000000008192"):
+        path = FIXTURES / "store" / "commitlog" / name
+        with FastSegmentWalk(segment=Segment(path, int(name), path.stat().st_size), release_pages=False,
+                             batch_records=batch_records, columns=columns) as w:
+            ahead = readahead.ReadAhead(w, depth=1, spares=spares)
+            assert sum(1 for _ in ahead) >= 1
+            columns = w.cols if next_own == "last_filled" else ahead.ring[0]
+            rings.append([id(c) for c in ahead.ring])
+        assert len({id(c) for c in spares}) == len(spares) >= 2
+    assert all(len(set(r)) == 3 for r in rings)
+    if next_own == "last_filled":  # as verify and the re-dispatch do: no set is made after the first ring
+        assert len({i for r in rings for i in r}) == 3

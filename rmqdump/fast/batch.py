@@ -52,6 +52,10 @@ class _Columns:
             self.arrays[name] = np.zeros(capacity, dtype=dt)
             self.derived_pointers.append(self.arrays[name].ctypes.data)
 
+    def like(self) -> _Columns:
+        """Another set of the same capacity and columns."""
+        return _Columns(self.capacity, self.derived)
+
     def set_row(self, i: int, msg: Message, body_start: int, topic_start: int, props_start: int) -> None:
         a = self.arrays
         for name in ("size", "magic", "body_crc", "queue_id", "flag", "queue_offset", "physical_offset",

@@ -2,10 +2,12 @@
 batch (``verify``'s checks and consume-queue join, the recovery prediction's re-dispatch).
 
 :class:`ReadAhead` iterates a :class:`~rmqdump.fast.segment_walk.FastSegmentWalk` on a worker thread (the walk
-kernel releases the GIL) and hands owned copies of its batches (the walk reuses its column arrays) to the
-calling thread through a bounded queue, in order. Whatever the caller does with a batch runs on its own
-thread exactly as in a serial ``for batch in walk`` loop, so results are the serial loop's by construction.
-Memory stays bounded: the batch being used, :data:`DEPTH` waiting and the one being walked.
+kernel releases the GIL) and hands its batches to the calling thread through a bounded queue, in order.
+Whatever the caller does with a batch runs on its own thread exactly as in a serial ``for batch in walk`` loop,
+so results are the serial loop's by construction. The walk fills a ring of ``DEPTH + 2`` column sets in turn
+(the batch being used, :data:`DEPTH` waiting, the one being walked): a set is filled again only once the caller
+has asked for the batch after the one it held, as a serial loop's reused arrays are, and no batch is copied.
+Memory stays bounded by those batches.
 
 The walk runs with its own page release off: it releases the mapped pages behind the batches the caller is
 done with (the caller reads the records' bytes after the walk moved on), and the caller, while it waits
@@ -66,10 +68,16 @@ def switch_interval(seconds: float = SWITCH_INTERVAL):
 
 
 class ReadAhead:
-    """``for batch in ReadAhead(walk)``: the batches of ``walk`` (built with ``release_pages=False``), owned."""
+    """``for batch in ReadAhead(walk)``: the batches of ``walk`` (built with ``release_pages=False``), each
+    intact until the next one is asked for."""
 
-    def __init__(self, walk: Any, depth: int = DEPTH):
+    def __init__(self, walk: Any, depth: int = DEPTH, spares: list | None = None):
         self.walk = walk
+        self.depth = depth
+        self.ring: list[Any] = []  # the column sets the walk fills in turn
+        #: column sets to fill besides the walk's own, given back at the end: a caller walking segment after
+        #: segment keeps one list, so the sets are made once (the C allocator keeps what it frees)
+        self.spares = [] if spares is None else spares
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.front = walk.start_pos  # where the walk goes on from (read by the caller to map ahead)
@@ -88,10 +96,10 @@ class ReadAhead:
 
     def _work(self) -> None:
         try:
-            for batch in self.walk:
-                own = batch.copy()
+            for i, batch in enumerate(self.walk, 1):
                 self.front = int(batch["file_pos"][-1]) + int(batch["size"][-1])
-                self._put(own)
+                self._put(batch)
+                self.walk.use_columns(self.ring[i % len(self.ring)])  # the walk waits at its yield
                 self.walk.release_before(self.checked)  # here: the caller's thread is the busier one
             self._put(_END)
         except _Stopped:
@@ -111,7 +119,15 @@ class ReadAhead:
         self.mapped = self.walk.populate(start, pos + POPULATE_AHEAD)
         return self.mapped > start
 
+    def _take_spare(self) -> Any:
+        own = self.walk.cols
+        for k, cols in enumerate(self.spares):
+            if cols is not own and cols.capacity >= own.capacity and cols.derived == own.derived:
+                return self.spares.pop(k)
+        return own.like()
+
     def __iter__(self) -> Iterator[Any]:
+        self.ring = [self.walk.cols] + [self._take_spare() for _ in range(self.depth + 1)]
         worker = threading.Thread(target=self._work, name="rmqdump-walk-ahead", daemon=True)
         worker.start()
         try:
@@ -131,3 +147,5 @@ class ReadAhead:
         finally:
             self.stop.set()
             worker.join()
+            self.spares.extend(cols for cols in self.ring
+                               if cols is not self.walk.cols and not any(cols is s for s in self.spares))

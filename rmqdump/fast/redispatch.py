@@ -68,6 +68,7 @@ def redispatch_fast(cl: CommitLog, states: Iterable, *, start_index: int, end_of
     model = DispatchModel(states, batch_topics)
     feed = _Feeder(model, after)
     columns = None
+    spares: list = []  # the read-ahead's other column sets, from segment to segment
     ahead = readahead.wanted([s for s, _ in ranges], use_mmap)  # the walk a batch ahead, the model here
     for seg, stop in ranges:
         try:
@@ -80,10 +81,10 @@ def redispatch_fast(cl: CommitLog, states: Iterable, *, start_index: int, end_of
                 w.close()
             dispatch_segment(model, cl, seg, stop, after, use_mmap)
             continue
-        columns = w.cols
         with w, readahead.switch_interval() if ahead else contextlib.nullcontext():
-            for batch in readahead.ReadAhead(w) if ahead else w:
+            for batch in readahead.ReadAhead(w, spares=spares) if ahead else w:
                 feed.batch(batch)
+        columns = w.cols  # the set the walk filled last: the next segment's own (the ring's others are spares)
     return model.result()
 
 

@@ -123,8 +123,6 @@ class FastSegmentWalk:
         self.strict = strict
         derive = intern is not None
         self.intern = intern
-        self.cols = columns if columns is not None and columns.capacity >= batch_records and columns.derived == derive \
-            else _Columns(batch_records, derive)
         np = _numpy()
         self.stats = np.array([0, -1], dtype=np.int64)
         a = self.block = np.zeros(ARG_BLOCK_SIZE, dtype=np.int64)
@@ -137,10 +135,10 @@ class FastSegmentWalk:
         a[A_MAX_N] = batch_records
         a[A_SEG_START] = self.seg_start
         a[A_STATS] = self.stats.ctypes.data
-        a[A_COLUMNS:A_COLUMNS + len(COLUMNS)] = self.cols.pointers
         if intern is not None:
             intern.fill(a)
-            a[A_D_COLUMNS:A_D_COLUMNS + len(DERIVED_COLUMNS)] = self.cols.derived_pointers
+        self.use_columns(columns if columns is not None and columns.capacity >= batch_records
+                         and columns.derived == derive else _Columns(batch_records, derive))
         self.stop: SegmentStop | None = None
         self.records = 0
         self.end_pos = start_pos
@@ -161,7 +159,6 @@ class FastSegmentWalk:
         a = self.block
         addr = a.ctypes.data
         buf, size = self.buf, self.size
-        cols = self.cols
         pos = self.start_pos
         try:
             while True:
@@ -187,7 +184,7 @@ class FastSegmentWalk:
                             continue
                         self._finish(n, pos)
                         if n:
-                            yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name, self.intern)
+                            yield RecordBatch(buf, self.cols.arrays, n, self.seg_start, self.name, self.intern)
                         if isinstance(rec, Blank):
                             self.end_pos = size
                             self.stop = SegmentStop("blank", pos, self.seg_start + pos, blank=rec)
@@ -197,7 +194,7 @@ class FastSegmentWalk:
                     break
                 self._finish(n, pos)
                 if n:
-                    yield RecordBatch(buf, cols.arrays, n, self.seg_start, self.name, self.intern)
+                    yield RecordBatch(buf, self.cols.arrays, n, self.seg_start, self.name, self.intern)
                 if code == FULL:
                     self._release(batch_start)
                     continue
@@ -212,6 +209,17 @@ class FastSegmentWalk:
                 return
         finally:
             self._release(size)
+
+    def use_columns(self, cols: _Columns) -> None:
+        """Fill ``cols`` from the next batch on; called between batches (while the walk waits at a yield). A
+        walk run on another thread rotates sets, so that a batch it handed over stays intact while read."""
+        if cols.capacity < self.batch_records or cols.derived != (self.intern is not None):
+            raise ValueError("columns of another shape")
+        self.cols = cols
+        a = self.block
+        a[A_COLUMNS:A_COLUMNS + len(COLUMNS)] = cols.pointers
+        if self.intern is not None:
+            a[A_D_COLUMNS:A_D_COLUMNS + len(DERIVED_COLUMNS)] = cols.derived_pointers
 
     def _finish(self, n: int, pos: int) -> None:
         self.records += n

@@ -53,6 +53,13 @@ S_PREV_LEN, S_PREV_W0, S_PREV_W1, S_PREV_PORT, S_PREV_TS, S_CAND = 0, 1, 2, 3, 4
 S_HAVE_TS, S_MIN_TS, S_MAX_TS, S_BYTES, S_LAST_OFF, S_NTX, S_NHALF = 6, 7, 8, 9, 10, 11, 12
 
 
+def _spare_sets() -> list:
+    """This thread's column sets for a read-ahead's ring, kept from segment to segment."""
+    if not hasattr(_spare, "sets"):
+        _spare.sets = []
+    return _spare.sets
+
+
 def _fnv64(b: bytes) -> int:
     h = _FNV_OFFSET
     for c in b:
@@ -394,7 +401,7 @@ class _FastSegment:
         try:
             while True:
                 try:
-                    for batch in ReadAhead(w) if self.read_ahead else w:
+                    for batch in ReadAhead(w, spares=_spare_sets()) if self.read_ahead else w:
                         self._batch(chk, batch)
                         end_offset = seg.start + int(batch["file_pos"][-1]) + int(batch["size"][-1])
                 finally:
