@@ -221,6 +221,25 @@ def test_recovery_rules(tmp_path):
     assert [f.start for f in cq.truncated_files] == [1800]
 
 
+@pytest.mark.parametrize("chunk", [4, 5, 7, 30, 31])
+@pytest.mark.parametrize("bad_at", [None, 0, 4, 5, 6, 14, 15, 29])
+def test_recovery_scan_across_read_chunks(tmp_path, monkeypatch, chunk, bad_at):
+    """The recovery scan reads each file in chunks of units: wherever the first invalid unit falls (first
+    in a chunk, last in one, none), the recovered end and last entry are the unit-by-unit answer."""
+    import rmqdump.store.consumequeue.reader as reader
+
+    monkeypatch.setattr(reader, "RECOVER_CHUNK_UNITS", chunk)
+    entries = [(i * 10, 10, 0) for i in range(30)]  # one full file of 30 units
+    if bad_at is not None:
+        entries[bad_at] = (-1, 10, 0)
+    qdir = tmp_path / "q"
+    _write_queue(qdir, entries)
+    cq = ConsumeQueue(qdir)
+    end = 30 if bad_at is None else bad_at
+    assert cq.max_offset == end
+    assert cq.max_physic_offset == (-1 if end == 0 else (end - 1) * 10 + 10)
+
+
 def test_missing_file_gap(tmp_path):
     qdir = tmp_path / "q"
     _write_queue(qdir, [(i * 10, 10, 0) for i in range(90)])
