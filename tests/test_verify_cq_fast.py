@@ -211,10 +211,32 @@ def test_cq_truncation_reads_whole_files_like_unit_by_unit(monkeypatch):
                 fast = Q.cq_truncation(st, p, True)
                 with monkeypatch.context() as m:
                     m.setattr(Q, "_file_keep", lambda *a: None)
+                    m.setattr(st, "keeps", {})  # not the verdict remembered from the call above
                     slow = Q.cq_truncation(st, p, True)
                 assert (fast.new_end, fast.dropped) == (slow.new_end, slow.dropped), (path, st.name, p)
                 compared += 1
     assert compared > 1000
+
+
+def test_cq_truncation_reads_a_file_once_per_process_offset(monkeypatch):
+    """verify predicts two brokers' recoveries over the same queue states: a file's truncation verdict at a
+    process offset is read from its bytes once and remembered; another offset reads again."""
+    from rmqdump.broker.recovery import queues as Q
+    from rmqdump.store.root import Store
+
+    reads = []
+    real = Q._file_keep
+    monkeypatch.setattr(Q, "_file_keep", lambda st, f, p: reads.append((f.start, p)) or real(st, f, p))
+    states, _ = Q.consume_queue_states(Store.open(CQ_STORES[0]))
+    st = next(s for s in states if s.files and s.max_offset > 2)
+    first_off = _entries(st.files[-1].path)[0][0]
+    for p in (1 << 62, first_off + 1):
+        once = Q.cq_truncation(st, p, True)
+        assert Q.cq_truncation(st, p, True) == once
+        fresh = next(s for s in Q.consume_queue_states(Store.open(CQ_STORES[0]))[0] if s.name == st.name)
+        assert Q.cq_truncation(fresh, p, True) == once
+    assert reads.count((st.files[-1].start, 1 << 62)) == 2  # st's call and fresh's call
+    assert reads.count((st.files[-1].start, first_off + 1)) == 2
 
 
 def _leading_reference(raw: bytes, below: int | None) -> int:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT
@@ -29,6 +29,8 @@ class QueueState:
     first_offset: int  # queue offset of the first file's first unit
     beyond: list[tuple[int, int]]  # valid (queue offset, commitlog offset) past the recovered end
     cq: object = None
+    #: :func:`_file_keep` verdicts by (file start, processOffset): verify predicts two brokers' recoveries
+    keeps: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -162,7 +164,10 @@ def cq_truncation(state: QueueState, process_offset: int, truncate: bool) -> Que
             base = f.start // unit
             if base >= end:
                 continue
-            keep = _file_keep(state, f, process_offset)
+            key = (f.start, process_offset)
+            if key not in state.keeps:
+                state.keeps[key] = _file_keep(state, f, process_offset)
+            keep = state.keeps[key]
             if keep is None:  # not one whole file alone at its place: unit by unit
                 units = list(_first_units(state.cq, base, state.file_size // unit))
                 if not units or units[0].commit_log_offset >= process_offset:
