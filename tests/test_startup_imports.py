@@ -49,7 +49,7 @@ def test_version_through_click_is_the_same_answer():
 
 #: never needed by a key lookup through the index (to jsonl, quiet)
 NOT_FOR_LOOKUP = (
-    "numpy", "numba", "llvmlite", "pyarrow", "pyspark", "rich", "csv", "calendar",
+    "numpy", "numba", "llvmlite", "pyarrow", "pyspark", "rich", "csv", "calendar", "shutil", "tempfile",
     "rmqdump.fast", "rmqdump.analysis.verify", "rmqdump.analysis.scan", "rmqdump.write", "rmqdump.broker.recovery",
     "rmqdump.cli.scan", "rmqdump.cli.timer", "rmqdump.store.indexfile.writer",
 )
@@ -104,3 +104,12 @@ def test_verify_loads_rich_on_a_second_thread_while_it_walks():
     plain = subprocess.run([sys.executable, "-m", "rmqdump.cli", "verify", str(FIXTURE)], capture_output=True,
                            text=True, timeout=120)
     assert r.stdout == plain.stdout and "Summary:" in r.stdout
+
+
+def test_verify_of_a_store_without_rocksdb_loads_no_rocksdb_helpers():
+    """shutil and tempfile (with bz2 and lzma, ~6 ms) serve only a RocksDB database's shadow directory:
+    verify of a store with none does not import them."""
+    r, modules = _run("verify", "-q", "-f", "json", str(FIXTURE))
+    assert r.returncode in (0, 1), r.stderr
+    assert json.loads(r.stdout)["summary"]
+    assert _loaded(modules, ("shutil", "tempfile")) == []

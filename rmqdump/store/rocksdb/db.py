@@ -14,8 +14,6 @@ from __future__ import annotations
 import atexit
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,6 +54,9 @@ class RocksDB:
         rd = _binding()
         if not is_rocksdb_dir(self.path):
             raise StoreError("not a RocksDB database (no CURRENT, MANIFEST or .sst file)", self.path)
+        import shutil  # (these two cost ~6 ms at every command's start: imported where a database is opened)
+        import tempfile
+
         self._shadow = Path(tempfile.mkdtemp(prefix="rmqdump-rocksdb-"))
         try:
             with os.scandir(self.path) as it:
@@ -129,6 +130,8 @@ class RocksDB:
                 db.close()
             except Exception:  # noqa: BLE001 - a close failure of a read-only handle loses nothing
                 pass
+        import shutil
+
         shutil.rmtree(self._shadow, ignore_errors=True)
 
 
