@@ -120,6 +120,7 @@ class ReadAhead:
         return self.mapped > start
 
     def _take_spare(self) -> Any:
+        """A spare column set the walk can fill beside its own (a new one when none fits)."""
         own = self.walk.cols
         for k, cols in enumerate(self.spares):
             if cols is not own and cols.capacity >= own.capacity and cols.derived == own.derived:

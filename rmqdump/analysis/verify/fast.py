@@ -42,7 +42,8 @@ from rmqdump.store.commitlog import CommitLog, read_record
 
 _M64 = (1 << 64) - 1
 #: per thread, the column arrays of the last segment verified there: the next segment walks into them (10 MB
-#: allocated per segment otherwise, which the C allocator does not always give back)
+#: allocated per segment otherwise, which the C allocator does not always give back); ``sets``: the other
+#: column sets of a read-ahead's ring
 _spare = threading.local()
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _FNV_OFFSET, _FNV_PRIME = 0xCBF29CE484222325, 0x100000001B3
