@@ -49,7 +49,7 @@ def test_version_through_click_is_the_same_answer():
 
 #: never needed by a key lookup through the index (to jsonl, quiet)
 NOT_FOR_LOOKUP = (
-    "numpy", "numba", "llvmlite", "pyarrow", "pyspark", "rich", "csv", "calendar", "shutil", "tempfile",
+    "numpy", "numba", "llvmlite", "pyarrow", "pyspark", "rich", "csv", "calendar", "shutil", "tempfile", "hashlib",
     "rmqdump.fast", "rmqdump.analysis.verify", "rmqdump.analysis.scan", "rmqdump.write", "rmqdump.broker.recovery",
     "rmqdump.cli.scan", "rmqdump.cli.timer", "rmqdump.store.indexfile.writer",
 )
