@@ -121,14 +121,15 @@ class ReadAhead:
 
     def _take_spare(self) -> Any:
         """A spare column set the walk can fill beside its own (a new one when none fits)."""
-        own = self.walk.cols
         for k, cols in enumerate(self.spares):
-            if cols is not own and cols.capacity >= own.capacity and cols.derived == own.derived:
+            if self.walk.fits(cols):
                 return self.spares.pop(k)
-        return own.like()
+        return self.walk.cols.like()
 
     def __iter__(self) -> Iterator[Any]:
-        self.ring = [self.walk.cols] + [self._take_spare() for _ in range(self.depth + 1)]
+        own = self.walk.cols
+        self.spares[:] = [cols for cols in self.spares if cols is not own]  # the walk's own set is no spare
+        self.ring = [own] + [self._take_spare() for _ in range(self.depth + 1)]
         worker = threading.Thread(target=self._work, name="rmqdump-walk-ahead", daemon=True)
         worker.start()
         try:
@@ -148,5 +149,4 @@ class ReadAhead:
         finally:
             self.stop.set()
             worker.join()
-            self.spares.extend(cols for cols in self.ring
-                               if cols is not self.walk.cols and not any(cols is s for s in self.spares))
+            self.spares.extend(cols for cols in self.ring if cols is not self.walk.cols)

@@ -137,8 +137,7 @@ class FastSegmentWalk:
         a[A_STATS] = self.stats.ctypes.data
         if intern is not None:
             intern.fill(a)
-        self.use_columns(columns if columns is not None and columns.capacity >= batch_records
-                         and columns.derived == derive else _Columns(batch_records, derive))
+        self.use_columns(columns if columns is not None and self.fits(columns) else _Columns(batch_records, derive))
         self.stop: SegmentStop | None = None
         self.records = 0
         self.end_pos = start_pos
@@ -210,10 +209,14 @@ class FastSegmentWalk:
         finally:
             self._release(size)
 
+    def fits(self, cols: _Columns) -> bool:
+        """Whether this walk can fill ``cols``: room for a batch, and the derived columns when it interns."""
+        return cols.capacity >= self.batch_records and cols.derived == (self.intern is not None)
+
     def use_columns(self, cols: _Columns) -> None:
         """Fill ``cols`` from the next batch on; called between batches (while the walk waits at a yield). A
         walk run on another thread rotates sets, so that a batch it handed over stays intact while read."""
-        if cols.capacity < self.batch_records or cols.derived != (self.intern is not None):
+        if not self.fits(cols):
             raise ValueError("columns of another shape")
         self.cols = cols
         a = self.block
