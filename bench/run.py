@@ -120,7 +120,7 @@ class Bench(HeavyRows):
         groups = {"read_bw": ["read_bw", "zlib_crc", "isal_crc", "crc_kernel"], "pure_scan_1k": ["pure_scan_1k", "pure_verify_1k"],
                   "fast_scan_1k": ["fast_scan_1k", "fast_scan_128"],
                   "fast_verify_1core": ["fast_verify_1core", "fast_verify_jobs"],
-                  "verify_store": ["verify_store", "rocketmq_ref", "verify_vs_rocketmq", "verify_store_big"],
+                  "verify_store": ["verify_store", "rocketmq_ref", "verify_vs_rocketmq", "rebuild_cq", "verify_store_big"],
                   "export_cli_parquet": ["export_cli_parquet", "parquet_vs_arrow", "export_cli_jsonl"],
                   "scan_jsonl": ["scan_jsonl", "jsonl_vs_orjson"], "help_wall": ["version_wall", "help_wall"],
                   "lookup_key": ["lookup_key", "lookup_vs_scan"], "rss_scan": ["rss_scan", "rss_verify", "rss_fastwalk", "rss_export"],
@@ -331,6 +331,7 @@ class Bench(HeavyRows):
         mark(r, ratio >= 1.0)
         r.note = "CQ join in bounded memory (64 MiB windows); wall: other jobs share the 2 cores"
         self._rocketmq_load(wall)
+        self._rebuild_cq(wall)
         rb = self.rows["verify_store_big"]
         if not self.args.big_gib:
             rb.result = "skipped"
@@ -349,6 +350,32 @@ class Bench(HeavyRows):
         rb.figure, rb.reference = fig, f"{ref}; {rss / 1e6:.0f} MB at {self.spec1k.total_bytes / GiB:.3g} GiB"
         rb.ratio = f"{rss_b / rss:.2f} x RSS, {ratio_b:.2f} x zlib (CPU)"
         mark(rb, rss_b <= 1.1 * rss)
+
+    def _rebuild_cq(self, verify_wall: float) -> None:
+        """``repair --rebuild-cq --to`` over the CQ store; its files must equal the store's own."""
+        r = self.rows["rebuild_cq"]
+        if "rebuild" in self.skip:
+            r.result = "skipped"
+            return
+        out = self.out / "rebuild-cq"
+        runs = []
+        for _ in range(self.repeat):
+            shutil.rmtree(out, ignore_errors=True)
+            runs.append(run_child_cpu([*RMQDUMP, "repair", "--rebuild-cq", "--to", str(out), "-q", str(self.store1k)],
+                                      timeout=3600))
+        ours, theirs = out / "consumequeue", self.store1k / "consumequeue"
+        files = sorted(p.relative_to(theirs) for p in theirs.rglob("*") if p.is_file())
+        if files != sorted(p.relative_to(ours) for p in ours.rglob("*") if p.is_file()) or any(
+                (ours / f).read_bytes() != (theirs / f).read_bytes() for f in files):
+            raise RuntimeError("repair --rebuild-cq did not reproduce the store's consume queues")
+        shutil.rmtree(out, ignore_errors=True)
+        wall, rss, cpu = min(x[0] for x in runs), max(x[1] for x in runs), min(x[3] for x in runs)
+        nbytes = self.spec1k.total_bytes
+        r.figure = (f"{wall:.2f} s wall, {cpu:.2f} s CPU, {gbps(nbytes, wall):.2f} GB/s, peak RSS {rss / 1e6:.0f} MB "
+                    f"({len(files)} CQ files, byte-identical)")
+        r.reference = f"verify STORE {verify_wall:.2f} s wall"
+        r.ratio = f"{wall / verify_wall:.2f} x verify"
+        mark(r, wall <= 2 * verify_wall)
 
     def _rocketmq_load(self, verify_wall: float) -> None:
         """RocketMQ's own load() over a copy of the CQ store, and verify's wall beside it."""

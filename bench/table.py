@@ -56,6 +56,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("verify_store", "rmqdump verify STORE (8 queues of CQ files), end to end", ">= 1.0 x zlib (CPU)"),
     ("verify_vs_rocketmq", "rmqdump verify STORE vs RocketMQ's load() of the same store (wall)", ">= 2 x faster"),
     ("verify_store_big", "rmqdump verify STORE, the --big-gib store", "RSS <= 1.1 x smaller store"),
+    ("rebuild_cq", "rmqdump repair --rebuild-cq --to DIR, the CQ store (every queue regenerated)",
+     "<= 2 x verify STORE"),
     ("verify_cli", "rmqdump verify --commitlog-only, end to end (process start incl.)", ">= 0.5 x zlib"),
     ("scan_head", "rmqdump scan STORE piped to head -n 1000 (time to first rows)", "info"),
     ("export_cli_parquet", "rmqdump export --to F.parquet (no bodies), 1 segment", ">= 1.5 M rec/s"),

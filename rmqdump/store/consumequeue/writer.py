@@ -120,16 +120,24 @@ class ConsumeQueueWriter:
         except Exception:  # struct.error: the one-unit encoder names the unit
             encode_cq_entry(offset, size, tags_code)
             raise
-        view = memoryview(out)
-        pos = start
+        self.append_encoded(out, maxp)
+        return first + (w - start) // CQ_STORE_UNIT_SIZE
+
+    def append_encoded(self, units: bytes | bytearray, max_physic_offset: int) -> None:
+        """Write encoded units at the write position, one ``pwrite`` per file touched; the caller has
+        applied the write rule to each (none is skipped) and ``max_physic_offset`` is the last one's end."""
+        if len(units) % CQ_STORE_UNIT_SIZE:
+            raise FormatError(f"{len(units)} bytes are not whole {CQ_STORE_UNIT_SIZE}-byte units")
+        view = memoryview(units)
+        pos = self.write_offset
         while view:
             chunk = view[:self.file_size - pos % self.file_size]
             self._write_at(pos, chunk)
             view = view[len(chunk):]
             pos += len(chunk)
-        self.write_offset = w
-        self.max_physic_offset = maxp
-        return first + (w - start) // CQ_STORE_UNIT_SIZE
+        if units:
+            self.write_offset = pos
+            self.max_physic_offset = max_physic_offset
 
     def _fill_pre_blank(self, expect: int) -> None:
         start = expect - expect % self.file_size

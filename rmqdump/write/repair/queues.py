@@ -22,8 +22,9 @@ from rmqdump.codec.layout import (
 )
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import RmqdumpError
+from rmqdump.fast.cqrebuild import QueueUnits, put_units
 from rmqdump.fast.redispatch import dispatch_candidates
-from rmqdump.store.consumequeue import batch_cq_topics, open_batch_queues
+from rmqdump.store.consumequeue import ConsumeQueueWriter, batch_cq_topics, open_batch_queues
 from rmqdump.write.repair.files import (
     _data_extents,
     _merge_units,
@@ -350,6 +351,66 @@ def _rebuild_cq_changes(cl, root: Path, cq_file_size: int, end: int, plan: Repai
         shutil.rmtree(stage, ignore_errors=True)
 
 
+class _Rebuilt:
+    """The queue writers of a rebuild and its warnings, in the order the records raise them."""
+
+    def __init__(self, out_root: Path, cq_file_size: int, warnings: list[str] | None):
+        self.out_root, self.cq_file_size, self.warnings = out_root, cq_file_size, warnings
+        self.writers: dict[tuple[str, int], ConsumeQueueWriter | None] = {}
+        self.skipped_batch: dict[str, int] = {}
+
+    def warn(self, text: str) -> None:
+        if self.warnings is not None:
+            self.warnings.append(text)
+
+    def writer(self, topic: str, qid: int) -> ConsumeQueueWriter | None:
+        """The queue's writer, made at its first record; None (said once) when the topic cannot be a directory."""
+        key = (topic, qid)
+        w = self.writers.get(key, False)
+        if w is False:
+            if not is_safe_component(topic):
+                self.warn(f"topic {topic!r} cannot be a consume-queue directory; skipped")
+                w = None
+            else:
+                qdir, _ = ensure_store_dir(self.out_root, STORE_CONSUMEQUEUE_DIR, topic, str(qid))
+                w = ConsumeQueueWriter(qdir, self.cq_file_size)
+            self.writers[key] = w
+        return w
+
+    def units(self, u: QueueUnits) -> None:
+        """A batch of the compiled walk: its warnings in record order, then each queue's units."""
+        for t, n in u.batch_topic_records.items():
+            self.skipped_batch[t] = self.skipped_batch.get(t, 0) + n
+        said = [(order, f"record at {off}: malformed DELAY; not dispatched") for order, off in u.malformed_delay]
+        made: list[tuple[int, int]] = []
+        for k, (topic, qid) in enumerate(u.keys):
+            if (topic, qid) not in self.writers:
+                made.append((u.first[k], k))
+        events = sorted([(order, 0, text) for order, text in said] + [(order, 1, k) for order, k in made])
+        for _, what, v in events:
+            if what == 0:
+                self.warn(v)
+            else:
+                self.writer(*u.keys[v])
+        for k, (topic, qid) in enumerate(u.keys):
+            w = self.writers[(topic, qid)]
+            if w is not None:
+                put_units(w, *u.queue(k))
+
+    def finish(self) -> None:
+        for w in self.writers.values():
+            if w is not None:
+                w.fsync()
+        for topic, n in sorted(self.skipped_batch.items()):
+            self.warn(f"BatchCQ topic {topic!r}: {n} record(s) not rebuilt: rebuilding BatchConsumeQueue "
+                      "units (batchconsumequeue/) is not supported; they are left as they are")
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            if w is not None:
+                w.close()
+
+
 def dispatch_targets(rec) -> list[tuple[str, int, int]]:
     """The queues the broker's dispatcher puts a record in: (topic, queue id, queue offset) of its own
     queue, then each LMQ multi-dispatch target (``INNER_MULTI_DISPATCH``)."""
@@ -366,52 +427,43 @@ def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | 
 
     Records of 5.x BatchCQ topics (``batch_topics``, and any inner-batch record) are skipped: the
     broker keeps them in ``batchconsumequeue/``, which is not rebuilt (not supported; a warning says so).
+    The walk is compiled where it can run (:mod:`rmqdump.fast.cqrebuild`, the same files and warnings).
     """
     from rmqdump.codec.record import Message
-    from rmqdump.store.consumequeue import ConsumeQueueWriter
+    from rmqdump.fast import cqrebuild
 
-    writers: dict[tuple[str, int], ConsumeQueueWriter | None] = {}
-    skipped_batch: dict[str, int] = {}
+    sink = _Rebuilt(out_root, cq_file_size, warnings)
     try:
-        for rec in cl.walk(start=cl.min_offset, end=end, check_crc=False, read_body=False, keep_going=True,
-                           use_mmap=use_mmap):
+        start: int | None = cl.min_offset
+        if cqrebuild.applies(cl, end, use_mmap):
+            start = None
+            for item in cqrebuild.dispatch_units(cl, end=end, batch_topics=batch_topics,
+                                                 delay_levels_ms=delay_levels_ms):
+                if isinstance(item, cqrebuild.HandOver):
+                    start = item.offset
+                    break
+                sink.units(item)
+        for rec in cl.walk(start=start, end=end, check_crc=False, read_body=False, keep_going=True,
+                           use_mmap=use_mmap) if start is not None else ():
             if not isinstance(rec, Message):
                 continue
             if rec.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                 continue
             if rec.topic in batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
-                skipped_batch[rec.topic] = skipped_batch.get(rec.topic, 0) + 1
+                sink.skipped_batch[rec.topic] = sink.skipped_batch.get(rec.topic, 0) + 1
                 continue
             try:
                 tags = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
             except ValueError:
-                if warnings is not None:
-                    warnings.append(f"record at {rec.offset}: malformed DELAY; not dispatched")
+                sink.warn(f"record at {rec.offset}: malformed DELAY; not dispatched")
                 continue
             for topic, qid, qoff in dispatch_targets(rec):
-                key = (topic, qid)
-                w = writers.get(key, False)
-                if w is False:
-                    if not is_safe_component(topic):
-                        if warnings is not None:
-                            warnings.append(f"topic {topic!r} cannot be a consume-queue directory; skipped")
-                        writers[key] = None
-                        continue
-                    qdir, _ = ensure_store_dir(out_root, STORE_CONSUMEQUEUE_DIR, topic, str(qid))
-                    w = writers[key] = ConsumeQueueWriter(qdir, cq_file_size)
+                w = sink.writer(topic, qid)
                 if w is not None:
                     w.put_message_position_info(rec.offset, rec.size, tags, qoff)
-        for w in writers.values():
-            if w is not None:
-                w.fsync()
-        if warnings is not None:
-            for topic, n in sorted(skipped_batch.items()):
-                warnings.append(f"BatchCQ topic {topic!r}: {n} record(s) not rebuilt: rebuilding BatchConsumeQueue "
-                                "units (batchconsumequeue/) is not supported; they are left as they are")
+        sink.finish()
     finally:
-        for w in writers.values():
-            if w is not None:
-                w.close()
+        sink.close()
     out = []
     base = out_root / STORE_CONSUMEQUEUE_DIR
     for p in sorted(base.rglob("*")) if base.is_dir() else []:

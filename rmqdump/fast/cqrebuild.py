@@ -1,0 +1,225 @@
+"""Compiled twin of the walk behind ``repair --rebuild-cq`` (``write.repair.queues.rebuild_consume_queues``):
+the ConsumeQueue units the broker's dispatcher writes for each record, from column batches.
+
+The pure reference decodes a :class:`~rmqdump.codec.record.Message` per record and puts its units one by
+one. Here each segment is walked by the compiled kernel (CRC off, the topic table on, so each batch carries
+its topic ids and the Java hash of its TAGS) and a batch becomes :class:`QueueUnits`: per queue, its units in
+commitlog order. Only records the columns cannot settle are decoded: ``SCHEDULE_TOPIC_XXXX`` (the tagsCode is
+the delivery time), TAGS that are not ASCII, and LMQ multi-dispatch. A file the kernel cannot walk to its end
+(damage, no mapping) hands the rest of the walk back to the pure loop (:class:`HandOver`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rmqdump.broker.redispatch import _MULTI, MULTI_MIN_PROPERTIES
+from rmqdump.broker.systopics import multi_dispatch_targets
+from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, INNER_BATCH_FLAG, SCHEDULE_TOPIC
+from rmqdump.errors import StoreError
+from rmqdump.fast.abi import NOT_ASCII
+from rmqdump.fast.engine import _numpy, use_fast
+from rmqdump.fast.intern import TopicIntern
+from rmqdump.fast.redispatch import _dispatched, _holding, _topic_groups
+from rmqdump.fast.segment_walk import FastSegmentWalk
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rmqdump.fast.batch import RecordBatch
+    from rmqdump.store.commitlog import CommitLog
+    from rmqdump.store.consumequeue import ConsumeQueueWriter
+
+_ROW = 16  # a unit's order key: its record's row << _ROW, plus 1 + j for the record's j-th LMQ target
+
+
+@dataclass
+class HandOver:
+    """The kernel stopped before ``offset`` was walked: the pure loop takes the walk from there."""
+
+    offset: int
+
+
+@dataclass
+class QueueUnits:
+    """One batch's units. Queue ``k`` is ``keys[k]`` (topic, queue id); its units are rows ``cuts[k]`` to
+    ``cuts[k + 1]`` of the arrays, in commitlog order; ``first[k]`` is its first unit's order key."""
+
+    keys: list[tuple[str, int]]
+    first: list[int]
+    cuts: list[int]
+    offsets: np.ndarray
+    sizes: np.ndarray
+    tags: np.ndarray
+    queue_offsets: np.ndarray
+    malformed_delay: list[tuple[int, int]] = field(default_factory=list)  # (order key, commitlog offset)
+    batch_topic_records: dict[str, int] = field(default_factory=dict)  # BatchCQ records, per topic
+
+    def queue(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        a, z = self.cuts[k], self.cuts[k + 1]
+        return self.offsets[a:z], self.sizes[a:z], self.tags[a:z], self.queue_offsets[a:z]
+
+
+def applies(cl: CommitLog, end: int | None, use_mmap: bool) -> bool:
+    """Whether the rebuild's walk takes the compiled path (every segment it walks mapped, none DLedger)."""
+    segs = [s for s in cl.segments if end is None or s.start < end]
+    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+
+
+def dispatch_units(cl: CommitLog, *, end: int | None = None, batch_topics: set[str] | frozenset[str] = frozenset(),
+                   delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
+                   batch_records: int | None = None) -> Iterator[QueueUnits | HandOver]:
+    """The units of the records in [min offset, ``end``), batch by batch; a :class:`HandOver` last when the
+    kernel could not walk it all. ``batch_records``: records per batch (tests use small batches)."""
+    intern = TopicIntern()
+    feed = _Feed(intern, batch_topics, delay_levels_ms)
+    columns = None
+    kw = {} if batch_records is None else {"batch_records": batch_records}
+    for seg in cl.segments:
+        if end is not None and seg.start >= end:
+            return
+        try:
+            w = FastSegmentWalk(segment=seg, check_crc=False, end_offset=end, columns=columns, intern=intern, **kw)
+        except StoreError:
+            w = None
+        if w is None or w.size != seg.size:
+            if w is not None:
+                w.close()
+            yield HandOver(seg.start)
+            return
+        with w:
+            for b in w:
+                units = feed.batch(b)
+                if units is not None:
+                    yield units
+            stop = w.stop
+        columns = w.cols
+        if stop.kind == "invalid":
+            yield HandOver(seg.start + stop.pos)
+            return
+        if stop.kind == "limit":
+            return
+
+
+class _Feed:
+    """Record batches into :class:`QueueUnits` (the pure loop's rules, row by row where the columns cannot)."""
+
+    def __init__(self, intern: TopicIntern, batch_topics, delay_levels_ms: list[int]):
+        self.np = _numpy()
+        self.intern = intern
+        self.names: list[str] = []  # the topic table's topics, decoded, by walk id
+        self.batch_topics = batch_topics
+        self.delay_levels_ms = delay_levels_ms
+
+    def _topics(self, b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """Per row a topic index, and the topics (walk ids when every row's topic is in the table)."""
+        np = self.np
+        wt = b["walk_topic"][rows]
+        if wt.size and int(wt.min()) >= 0:
+            if int(wt.max()) >= len(self.names):
+                self.names = [t.decode("utf-8", "replace") for t in self.intern.topics]
+            return wt.astype(np.int64), self.names
+        tids, raws = _topic_groups(b, rows)
+        return tids, [raw.decode("utf-8", "replace") for raw in raws]
+
+    def batch(self, b: RecordBatch) -> QueueUnits | None:
+        np = self.np
+        rows = np.flatnonzero(_dispatched(np, b["sys_flag"]))
+        if not rows.size:
+            return None
+        tids, names = self._topics(b, rows)
+        skipped: dict[str, int] = {}
+        batch_t = np.array([n in self.batch_topics for n in names], bool)
+        out_batch = batch_t[tids] | ((b["sys_flag"][rows] & INNER_BATCH_FLAG) != 0)
+        if out_batch.any():
+            for t, c in enumerate(np.bincount(tids[out_batch], minlength=len(names)).tolist()):
+                if c:
+                    skipped[names[t]] = c
+            rows, tids = rows[~out_batch], tids[~out_batch]
+        tags = b["tags_hash"][rows].astype(np.int64)
+        sched = np.array([n == SCHEDULE_TOPIC for n in names], bool)
+        look = sched[tids] | (tags == NOT_ASCII)
+        multi = rows[b["properties_length"][rows] >= MULTI_MIN_PROPERTIES]
+        if multi.size:
+            held = np.zeros(b.n, bool)
+            held[_holding(b, multi, _MULTI)] = True
+            look |= held[rows]
+        keep = np.ones(rows.size, bool)
+        extra: list[tuple] = []  # LMQ units: topic, queue id, offset, size, tagsCode, queue offset, order key
+        delays: list[tuple[int, int]] = []
+        for at in np.flatnonzero(look).tolist():
+            i = int(rows[at])
+            rec = b.message(i, read_body=False)
+            try:
+                tags[at] = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, self.delay_levels_ms)
+            except ValueError:
+                delays.append((i << _ROW, rec.offset))
+                keep[at] = False
+                continue
+            if _MULTI in rec.properties_raw:
+                for j, (name, qid, qoff) in enumerate(multi_dispatch_targets(rec.properties, rec.queue_id)):
+                    extra.append((name, qid, rec.offset, rec.size, int(tags[at]), qoff, (i << _ROW) + 1 + j))
+        if not keep.all():
+            rows, tids, tags = rows[keep], tids[keep], tags[keep]
+        return self._units(b, rows, tids, names, tags, extra, delays, skipped)
+
+    def _units(self, b: RecordBatch, rows, tids, names: list[str], tags, extra: list, delays: list,
+               skipped: dict[str, int]) -> QueueUnits:
+        np = self.np
+        qids = b["queue_id"][rows]
+        pair = (tids << 32) | (qids.astype(np.int64) & 0xFFFFFFFF)
+        upairs, pfirst, pinv = np.unique(pair, return_index=True, return_inverse=True)
+        keys = [(names[int(p) >> 32], int(qids[f])) for p, f in zip(upairs.tolist(), pfirst.tolist(), strict=True)]
+        index = {k: n for n, k in enumerate(keys)}
+        qi = pinv.reshape(-1).astype(np.int64)
+        offs = b.offsets[rows].astype(np.int64)
+        sizes = b["size"][rows].astype(np.int64)
+        qoffs = b["queue_offset"][rows].astype(np.int64)
+        order = rows.astype(np.int64) << _ROW
+        if extra:
+            e = np.array([(index.setdefault((t, q), len(index)), *rest) for t, q, *rest in extra], np.int64)
+            keys = list(index)
+            qi, offs, sizes, tags, qoffs, order = (np.concatenate((a, e[:, k])) for k, a in
+                                                   enumerate((qi, offs, sizes, tags, qoffs, order)))
+        perm = np.lexsort((order, qi))
+        qi = qi[perm]
+        cuts = [0, *(np.flatnonzero(qi[1:] != qi[:-1]) + 1).tolist(), int(qi.size)] if qi.size else [0]
+        order = order[perm]
+        return QueueUnits(keys=[keys[int(qi[a])] for a in cuts[:-1]], first=[int(order[a]) for a in cuts[:-1]],
+                          cuts=cuts, offsets=offs[perm], sizes=sizes[perm], tags=tags[perm], queue_offsets=qoffs[perm],
+                          malformed_delay=delays, batch_topic_records=skipped)
+
+
+def put_units(w: ConsumeQueueWriter, offs: np.ndarray, sizes: np.ndarray, tags: np.ndarray,
+              qoffs: np.ndarray) -> None:
+    """``w.put_message_position_info`` for each unit in order, the same bytes. After the first unit past the
+    queue's maxPhysicOffset (which creates the queue's file, pre-blank filled, if it has none), a run that
+    provably appends (ends rising, queue offsets continuing the write position) is encoded at once; anything
+    else goes through the writer's own rule unit by unit."""
+    np = _numpy()
+    n = int(offs.size)
+    ends = offs + sizes
+    k = 0
+    if n > 1 and bool((ends[1:] > ends[:-1]).all()):
+        k = int(np.searchsorted(ends, w.max_physic_offset, side="right"))  # already built: skipped
+        if k < n:
+            w.put_message_position_info(int(offs[k]), int(sizes[k]), int(tags[k]), int(qoffs[k]))
+            k += 1
+        m = n - k
+        q0 = w.next_queue_offset
+        if m and bool((qoffs[k:] == np.arange(q0, q0 + m, dtype=np.int64)).all()):
+            units = np.empty(m, _unit_dtype(np))
+            units["phys"], units["size"], units["tags"] = offs[k:], sizes[k:], tags[k:]
+            w.append_encoded(units.tobytes(), int(ends[-1]))
+            return
+    flat = np.stack((offs[k:], sizes[k:], tags[k:], qoffs[k:]), axis=1).reshape(-1).tolist()
+    w.put_many(flat)
+
+
+def _unit_dtype(np):
+    dt = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+    assert dt.itemsize == CQ_STORE_UNIT_SIZE
+    return dt
