@@ -58,6 +58,8 @@ ROWS: list[tuple[str, str, str]] = [
     ("verify_store_big", "rmqdump verify STORE, the --big-gib store", "RSS <= 1.1 x smaller store"),
     ("rebuild_cq", "rmqdump repair --rebuild-cq --to DIR, the CQ store (every queue regenerated)",
      "<= 2 x verify STORE"),
+    ("rebuild_index", "rmqdump repair --rebuild-index --to DIR, the CQ store (full-size index files)",
+     "<= 2 x verify STORE"),
     ("verify_cli", "rmqdump verify --commitlog-only, end to end (process start incl.)", ">= 0.5 x zlib"),
     ("scan_head", "rmqdump scan STORE piped to head -n 1000 (time to first rows)", "info"),
     ("export_cli_parquet", "rmqdump export --to F.parquet (no bodies), 1 segment", ">= 1.5 M rec/s"),

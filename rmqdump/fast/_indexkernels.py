@@ -73,6 +73,23 @@ from rmqdump.fast.indexabi import (
     EV_ORDER_SELF,
     EV_SLOT_INVALID,
     EV_SLOT_MISMATCH,
+    K_BLOCK,
+    K_BUF,
+    K_BUF_SIZE,
+    K_CAP,
+    K_HASHES,
+    K_I0,
+    K_N,
+    K_OUT,
+    K_PROPS_LEN,
+    K_PROPS_START,
+    K_PYTHON,
+    K_ROWS,
+    K_SCRATCH,
+    K_SCRATCH_CAP,
+    K_SYS_FLAG,
+    K_TOPIC_LEN,
+    K_TOPIC_START,
     S_BEYOND,
     S_DANGLING,
     S_EXPIRED,
@@ -146,6 +163,61 @@ def _message_status(buf, ts, tl, ps, pl, sc, kh, sys_flag):
     if sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
         st |= S_ROLLBACK
     return st
+
+
+@njit(cache=True, nogil=True)
+def record_keys(buf, i0, n, ts, tl, ps, pl, sys_flag, sc, hashes, rows, cap, python, out):
+    """The keyHashes ``IndexService.buildIndex`` puts for rows ``i0 .. n-1`` of a walk batch, in order: per record
+    ``topic#UNIQ_KEY``, then ``topic#k`` for each non-empty space-separated element of KEYS; none for a ROLLBACK.
+    ``hashes[m]``/``rows[m]``: the m-th key's hash and row. ``python[i]`` 1: the pure decoder must give row i's
+    keys (text that is not valid UTF-8, more properties than ``sc`` holds). Stops before a row whose keys would
+    not fit in ``cap``: ``out`` = (keys written, the next row)."""
+    m = 0
+    i = i0
+    while i < n:
+        python[i] = 0
+        if sys_flag[i] & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+            i += 1
+            continue
+        t, tn, p, pn = ts[i], tl[i], ps[i], pl[i]
+        if not (_utf8_ok(buf, t, tn) and _utf8_ok(buf, p, pn)):
+            python[i] = 1
+            i += 1
+            continue
+        k = _parse_props(buf, p, pn, sc)
+        if k < 0:
+            python[i] = 1
+            i += 1
+            continue
+        if m + 1 + (pn + 1) // 2 > cap:  # a record's keys number at most 1 + half its properties' bytes
+            if m == 0:
+                python[i] = 1  # keys enough to fill a batch's room on their own: the pure decoder
+                i += 1
+                continue
+            break
+        ht = np.int64(_java_hash(buf, t, tn)) & _M32
+        ht = (ht * 31 + 35) & _M32  # '#'
+        q = _find(buf, sc, k, _UNIQ)
+        if q >= 0:
+            hashes[m] = _key_hash(ht, buf, sc[q, 2], sc[q, 3])
+            rows[m] = i
+            m += 1
+        q = _find(buf, sc, k, _KEYS)
+        if q >= 0:
+            a = sc[q, 2]
+            e = a + sc[q, 3]
+            while a < e:
+                b = a
+                while b < e and buf[b] != 32:  # KEY_SEPARATOR; empty keys are dropped
+                    b += 1
+                if b > a:
+                    hashes[m] = _key_hash(ht, buf, a, b - a)
+                    rows[m] = i
+                    m += 1
+                a = b + 1
+        i += 1
+    out[0] = m
+    out[1] = i
 
 
 @njit(cache=True, nogil=True)
@@ -402,13 +474,27 @@ def chains_c(a):
 
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def keys_c(a):
+    """``record_keys`` over raw pointers (the K_* argument block)."""
+    n, cap = a[K_N], a[K_CAP]
+    record_keys(carray(_p_u8(a[K_BUF]), (a[K_BUF_SIZE],)), a[K_I0], n, carray(_p_i64(a[K_TOPIC_START]), (n,)),
+                carray(_p_i32(a[K_TOPIC_LEN]), (n,)), carray(_p_i64(a[K_PROPS_START]), (n,)),
+                carray(_p_i32(a[K_PROPS_LEN]), (n,)), carray(_p_i32(a[K_SYS_FLAG]), (n,)),
+                carray(_p_i64(a[K_SCRATCH]), (a[K_SCRATCH_CAP], 4)), carray(_p_i64(a[K_HASHES]), (cap,)),
+                carray(_p_i32(a[K_ROWS]), (cap,)), cap, carray(_p_u8(a[K_PYTHON]), (n,)),
+                carray(_p_i64(a[K_OUT]), (2,)))
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def info_c(a):
-    """a[0] <- the E_* block size, a[1] <- the C_* block size this build expects."""
+    """a[0] <- the E_* block size, a[1] <- the C_* block size, a[2] <- the K_* block size this build expects."""
     a[0] = E_BLOCK
     a[1] = C_BLOCK
+    a[2] = K_BLOCK
 
 
-ENTRY_POINTS = {"rmqdump_index_entries": entries_c, "rmqdump_index_chains": chains_c, "rmqdump_index_info": info_c}
+ENTRY_POINTS = {"rmqdump_index_entries": entries_c, "rmqdump_index_chains": chains_c, "rmqdump_index_keys": keys_c,
+                "rmqdump_index_info": info_c}
 
 
 def build_shared_library(path: str, cc: str = "cc") -> None:

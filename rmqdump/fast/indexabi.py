@@ -25,10 +25,14 @@ PAGE_BUDGET = 16384  # commitlog pages (64 MiB) read between two releases of the
 (C_IDX, C_IDX_SIZE, C_N_SLOTS, C_SLOTS_N, C_ENTRIES_START, C_COUNT, C_CHAIN_SLOT, C_KEEP, C_EV, C_EV_CAP,
  C_CLASS_COUNT, C_OUT, C_OWN) = range(13)
 C_BLOCK = 16
+# the index keys of walked records (repair --rebuild-index): a batch's columns in, (keyHash, row) pairs out
+(K_BUF, K_BUF_SIZE, K_I0, K_N, K_TOPIC_START, K_TOPIC_LEN, K_PROPS_START, K_PROPS_LEN, K_SYS_FLAG, K_SCRATCH,
+ K_SCRATCH_CAP, K_HASHES, K_ROWS, K_CAP, K_PYTHON, K_OUT) = range(16)
+K_BLOCK = 16
 SCRATCH_PAIRS = 1024
 
 
 def abi_key() -> bytes:
     """The caller/kernel contract (part of the shared library's cache key)."""
-    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE", "ENTRY_")))
+    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_", "K_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE", "ENTRY_")))
     return repr([(n, globals()[n]) for n in names]).encode()

@@ -70,6 +70,7 @@ from rmqdump.fast.indexabi import (
     E_VALID_END,
     E_WALK_COLS,
     E_WIN,
+    K_BLOCK,
     PAGE_BUDGET,
     SCRATCH_PAIRS,
     WINDOW,
@@ -91,12 +92,12 @@ def library_path() -> Path:
 
 
 class _Backend:
-    def __init__(self, kind: str, entries, chains, info, keep=None):
-        self.kind, self.entries, self.chains, self._keep = kind, entries, chains, keep
-        block = (ctypes.c_int64 * 2)()
+    def __init__(self, kind: str, entries, chains, keys, info, keep=None):
+        self.kind, self.entries, self.chains, self.keys, self._keep = kind, entries, chains, keys, keep
+        block = (ctypes.c_int64 * 3)()
         info(ctypes.addressof(block))
-        if (block[0], block[1]) != (E_BLOCK, C_BLOCK):
-            raise RuntimeError(f"indexjoin kernel argument blocks {tuple(block)} != {(E_BLOCK, C_BLOCK)}")
+        if tuple(block) != (E_BLOCK, C_BLOCK, K_BLOCK):
+            raise RuntimeError(f"indexjoin kernel argument blocks {tuple(block)} != {(E_BLOCK, C_BLOCK, K_BLOCK)}")
 
 
 def backend() -> _Backend:
@@ -110,8 +111,8 @@ def backend() -> _Backend:
 
             _backend = load_kernels(
                 "rmqdump.fast._indexkernels", library_path,
-                ("rmqdump_index_entries", "rmqdump_index_chains", "rmqdump_index_info"),
-                ("entries_c", "chains_c", "info_c"), _Backend)
+                ("rmqdump_index_entries", "rmqdump_index_chains", "rmqdump_index_keys", "rmqdump_index_info"),
+                ("entries_c", "chains_c", "keys_c", "info_c"), _Backend)
         return _backend
 
 

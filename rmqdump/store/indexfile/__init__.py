@@ -27,7 +27,7 @@ from rmqdump.store.indexfile.reader import _bad_prev as _bad_prev
 
 #: the writer's names, imported on first use: a reader (``rmqdump lookup``) never loads the writer
 _WRITER = frozenset({"INDEX_FILE_NAME_LENGTH", "INT_MAX", "IndexBuilder", "IndexFileWriter", "build_index_entries",
-                     "build_index_keys", "index_file_name", "key_hashes"})
+                     "build_index_keys", "index_file_name", "key_hashes", "record_index_keys"})
 
 
 def __getattr__(name: str):
@@ -41,4 +41,5 @@ def __getattr__(name: str):
 __all__ = ["DEFAULT_GEOMETRY", "DEFAULT_INDEX_PER_SLOT", "INDEX_FILE_NAME_LENGTH", "INT_MAX", "LONG_MAX",
            "IndexBuilder", "IndexEntry", "IndexFile", "IndexFileWriter", "IndexGeometry", "IndexHeader",
            "IndexStore", "QueryResult", "build_index_entries", "build_index_keys", "geometry_from_entries",
-           "index_file_name", "index_file_size", "infer_geometry", "key_hashes", "list_index_files", "slot_of"]
+           "index_file_name", "index_file_size", "infer_geometry", "key_hashes", "list_index_files", "record_index_keys",
+           "slot_of"]

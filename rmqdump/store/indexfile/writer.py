@@ -24,6 +24,8 @@ from rmqdump.codec.layout import (
     KEY_SEPARATOR,
     MAX_HASH_SLOT_NUM,
     MAX_INDEX_NUM,
+    PROPERTY_KEYS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
 )
@@ -84,6 +86,14 @@ def build_index_keys(topic: str, uniq_key: str | None, keys: str | None) -> list
     if keys:
         out.extend(index_key(topic, k) for k in keys.split(KEY_SEPARATOR) if k)
     return out
+
+
+def record_index_keys(rec) -> list[str]:
+    """The index key strings ``IndexService.buildIndex`` puts for a decoded record; none for a ROLLBACK."""
+    if rec.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
+        return []
+    props = rec.properties
+    return build_index_keys(rec.topic, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), props.get(PROPERTY_KEYS))
 
 
 def build_index_entries(topic: str, uniq_key: str | None, keys: str | None, phy_offset: int, store_ts: int,

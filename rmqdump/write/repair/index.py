@@ -12,11 +12,7 @@ from rmqdump.codec.layout import (
     INDEX_HASH_SLOT_SIZE,
     INDEX_HEADER_SIZE,
     INT32,
-    PROPERTY_KEYS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     STORE_INDEX_DIR,
-    TRANSACTION_ROLLBACK_TYPE,
-    TRANSACTION_TYPE_MASK,
 )
 from rmqdump.errors import RmqdumpError
 from rmqdump.write.repair.files import _open, _pread_all, diff_files
@@ -24,12 +20,9 @@ from rmqdump.write.repair.model import Change, RepairPlan
 
 
 def _index_keys_of(rec) -> list[str]:
-    from rmqdump.store.indexfile import build_index_keys
+    from rmqdump.store.indexfile.writer import record_index_keys
 
-    if rec.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_ROLLBACK_TYPE:
-        return []
-    props = rec.properties
-    return build_index_keys(rec.topic, props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), props.get(PROPERTY_KEYS))
+    return record_index_keys(rec)
 
 
 def build_index_files(cl, out_dir: Path, slots: int, entries: int, *, start: int, end: int, first_name: str | None,
@@ -66,23 +59,45 @@ def build_index_files(cl, out_dir: Path, slots: int, entries: int, *, start: int
     phys: list[int] = []
     tss: list[int] = []
 
-    def flush() -> None:
+    def put_all(hs, ps, ts) -> None:
         nonlocal w
         done = 0
-        while done < len(hashes):
-            n = w.bulk_put(hashes[done:], phys[done:], tss[done:])
+        while done < len(hs):
+            n = w.bulk_put(hs[done:], ps[done:], ts[done:])
             done += n
-            if done < len(hashes):
+            if done < len(hs):
                 h = w.header
                 w.close()
                 w = new_file(h.end_phy_offset, h.end_timestamp)
+
+    def flush() -> None:
+        put_all(hashes, phys, tss)
         hashes.clear()
         phys.clear()
         tss.clear()
 
     if start < end:
-        for rec in cl.walk(start=start, end=end, check_crc=False, read_body=False, keep_going=True,
-                           use_mmap=use_mmap):
+        pos: int | None = start
+        from rmqdump.fast import indexkeys
+
+        if indexkeys.applies(cl, start, end, use_mmap):
+            pos = None
+            first = True
+            for item in indexkeys.index_keys(cl, start=start, end=end):
+                if isinstance(item, indexkeys.HandOver):
+                    pos = item.offset
+                    break
+                hs, ps, ts = item.hashes, item.offsets, item.store_timestamps
+                if exclude:
+                    keep = ~_isin(ps, exclude)
+                    hs, ps, ts = hs[keep], ps[keep], ts[keep]
+                if first and skip_first_keys and ps.size and int(ps[0]) == start:
+                    k = min(skip_first_keys, int((ps == start).sum()))  # the record at start: its first keys
+                    hs, ps, ts = hs[k:], ps[k:], ts[k:]
+                first = False
+                put_all(hs, ps, ts)
+        for rec in cl.walk(start=pos, end=end, check_crc=False, read_body=False, keep_going=True,
+                           use_mmap=use_mmap) if pos is not None else ():
             if not isinstance(rec, Message) or rec.offset < start or rec.offset in exclude:
                 continue
             keys = _index_keys_of(rec)
@@ -97,6 +112,13 @@ def build_index_files(cl, out_dir: Path, slots: int, entries: int, *, start: int
         flush()
     w.close()
     return made
+
+
+def _isin(offsets, exclude: set[int] | frozenset):
+    """Per offset: is it in ``exclude``."""
+    import numpy as np
+
+    return np.isin(offsets, np.fromiter(exclude, np.int64, len(exclude)))
 
 
 def _fix_first_time_diff(original: Path, staged: Path, entries_start: int) -> None:
