@@ -46,7 +46,7 @@ class ScanResult:
 def fast_jsonl_applies(cl: CommitLog, rng: ScanRange, *, fmt: str, keep_going: bool, use_mmap: bool,
                        per_record: bool, limit: int | None) -> bool:
     """Whether the compiled walk renders this scan: JSONL out, mapped segments, no resynchronisation,
-    no per-record Python work (``per_record``: --resolve, tag or key filters) and an input big enough
+    no per-record Python work (``per_record``: --resolve) and an input big enough
     for the engine (:func:`rmqdump.fast.engine.use_fast`)."""
     if fmt != "jsonl" or keep_going or not use_mmap or per_record or limit == 0:
         return False

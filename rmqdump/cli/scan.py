@@ -174,7 +174,7 @@ def scan(path, topic, queue_id, tag, key, since, until, body_contains, body_rege
     check_crc, use_mmap = crc != "off", not no_mmap
     fast = None
     if fast_jsonl_applies(cl, rng, fmt=fmt, keep_going=keep_going, use_mmap=use_mmap,
-                          per_record=do_resolve or bool(flt.tags or flt.keys), limit=limit):
+                          per_record=do_resolve, limit=limit):
         fast = _fast_renderer(decoder, decompress, quiet)
     with progress_bar(rng.total, "scanning", not quiet) as update:
         if fast is not None:

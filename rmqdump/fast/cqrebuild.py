@@ -23,7 +23,7 @@ from rmqdump.errors import StoreError
 from rmqdump.fast.abi import NOT_ASCII
 from rmqdump.fast.engine import _numpy, use_fast
 from rmqdump.fast.intern import TopicIntern
-from rmqdump.fast.redispatch import _dispatched, _holding, _topic_groups
+from rmqdump.fast.redispatch import _dispatched, _topic_groups
 from rmqdump.fast.segment_walk import FastSegmentWalk
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class _Feed:
         multi = rows[b["properties_length"][rows] >= MULTI_MIN_PROPERTIES]
         if multi.size:
             held = np.zeros(b.n, bool)
-            held[_holding(b, multi, _MULTI)] = True
+            held[b.holding(multi, _MULTI)] = True
             look |= held[rows]
         keep = np.ones(rows.size, bool)
         extra: list[tuple] = []  # LMQ units: topic, queue id, offset, size, tagsCode, queue offset, order key

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from rmqdump.errors import StoreError
 from rmqdump.fast.cqrebuild import HandOver
 from rmqdump.fast.engine import _numpy, use_fast
-from rmqdump.fast.redispatch import _holding
 from rmqdump.fast.segment_walk import FastSegmentWalk
 
 if TYPE_CHECKING:
@@ -81,7 +80,7 @@ def key_scan(cl: CommitLog, *, start: int, end: int | None, needle: bytes, max_r
                 out = KeyBatch()
                 last = b.n - 1
                 out.end_offset = int(b.offsets[last]) + int(b["size"][last])
-                for i in _holding(b, np.arange(b.n), needle):
+                for i in b.holding(np.arange(b.n), needle):
                     out.records.append(b.message(i, read_body=False))
                 if keys is not None:
                     out.indexable = _indexable(np, keys, b, already)

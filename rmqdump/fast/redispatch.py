@@ -201,7 +201,7 @@ def _dispatched(np, sys_flag: np.ndarray) -> np.ndarray:
 def _multi_rows(b: RecordBatch, rows: np.ndarray) -> list[int]:
     """The records among ``rows`` whose properties are long enough to name LMQ targets and hold them."""
     cand = rows[b["properties_length"][rows] >= MULTI_MIN_PROPERTIES]
-    return _holding(b, cand, _MULTI) if cand.size else []
+    return b.holding(cand, _MULTI) if cand.size else []
 
 
 def _put_all(q, offs: np.ndarray, sizes: np.ndarray, qoffs: np.ndarray) -> None:
@@ -302,27 +302,6 @@ def _placed(np, topic: bytes, rmax: int, nwords: int) -> tuple[np.ndarray, np.nd
     return (np.frombuffer(image, "<u8").reshape(-1, nwords), np.frombuffer(ones, "<u8").reshape(-1, nwords))
 
 
-def _holding(b: RecordBatch, rows: np.ndarray, needle: bytes) -> list[int]:
-    """The records among ``rows`` whose properties contain ``needle``."""
-    np = _numpy()
-    starts = b["properties_start"][rows]
-    lens = np.maximum(b["properties_length"][rows], 0).astype(np.int64)
-    bounds = np.zeros(rows.size + 1, np.int64)
-    np.cumsum(lens + 1, out=bounds[1:])  # one NUL after each: a match never spans two records
-    index = np.repeat(starts - bounds[:-1], lens + 1) + np.arange(int(bounds[-1]), dtype=np.int64)
-    np.minimum(index, b.buf.size - 1, out=index)
-    flat = b.buf[index]
-    flat[bounds[1:] - 1] = 0
-    text = flat.tobytes()
-    out = []
-    at = text.find(needle)
-    while at >= 0:
-        r = int(np.searchsorted(bounds, at, side="right")) - 1
-        out.append(int(rows[r]))
-        at = text.find(needle, int(bounds[r + 1]))
-    return out
-
-
 def dispatch_candidates(cl: CommitLog, start: int, end: int, built: dict[tuple[str, int], int], *,
                         use_mmap: bool = True, batch_records: int = BATCH_RECORDS) -> Iterator:
     """The records of ``[start, end)`` a replay of the broker's dispatch must look at, in commitlog order, as
@@ -384,7 +363,7 @@ def _candidates(np, b: RecordBatch, built: dict[tuple[str, int], int]) -> list[i
     cand = rows[~need & (b["properties_length"][rows] >= MULTI_MIN_PROPERTIES)]
     if cand.size:
         multi = np.zeros(b.n, bool)
-        multi[_holding(b, cand, _MULTI)] = True
+        multi[b.holding(cand, _MULTI)] = True
         need |= multi[rows]
     return rows[need].tolist()
 

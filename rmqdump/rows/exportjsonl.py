@@ -57,8 +57,6 @@ def lineage_tail(split: SegmentSplit) -> bytes | None:
 def compiled_jsonl_applies(split: SegmentSplit, *, flt: RecordFilter | None = None, crc: str = "check",
                            keep_going: bool = False, use_mmap: bool = True, fast: bool | None = None) -> bool:
     """Whether :class:`CompiledJsonl` writes this split (see the module docs)."""
-    if flt is not None and (flt.tags or flt.keys):
-        return False
     return fast_split_applies(split, fast=fast, flt=flt, crc=crc, keep_going=keep_going, use_mmap=use_mmap) \
         and lineage_tail(split) is not None
 

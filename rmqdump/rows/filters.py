@@ -82,12 +82,8 @@ class RecordFilter:
             return False
         if self.tags and m.tags not in self.tags:
             return False
-        if self.keys:
-            have = set(m.keys)
-            if m.uniq_key:
-                have.add(m.uniq_key)
-            if not have.intersection(self.keys):
-                return False
+        if self.keys and not self._has_key(m):
+            return False
         if self.needs_body:
             if m.body is None:
                 raise ValueError("body criteria need messages read with their body")
@@ -97,7 +93,7 @@ class RecordFilter:
     def batch_mask(self, rb):
         """:meth:`match` of every row of a compiled walk's batch, vectorised (numpy): topic, queue and time
         criteria and the body criteria (bodies from the segment bytes the batch views, for the rows the other
-        criteria keep); scan takes the compiled path only without tags and keys."""
+        criteria keep); tags and keys on the rows whose properties hold a wanted text, decoded."""
         import numpy as np
 
         keep = np.ones(rb.n, dtype=bool)
@@ -118,11 +114,35 @@ class RecordFilter:
                     rows = rows[(got == np.frombuffer(raw, dtype=np.uint8)).all(axis=1)]
                 hit[rows] = True
             keep &= hit
+        if self.tags or self.keys:
+            self._property_mask(rb, keep)
         if self.needs_body:
             sys_flags = rb["sys_flag"]
             for i in np.flatnonzero(keep).tolist():
                 keep[i] = self.body_match(rb.body(i), int(sys_flags[i]))
         return keep
+
+    def _property_mask(self, rb, keep) -> None:
+        """The tag and key criteria on the rows ``keep`` holds (cleared in place where they fail): only rows whose
+        properties hold the bytes of a wanted tag and of a wanted key are decoded and judged by :meth:`match`'s
+        rules. A wanted text with U+FFFD (it may stand for undecodable bytes) has no such bytes: every row is."""
+        import numpy as np
+
+        rows = np.flatnonzero(keep)
+        for wanted in (self.tags, self.keys):
+            if wanted and rows.size and all("\ufffd" not in w for w in wanted):
+                held = sorted({i for w in wanted for i in rb.holding(rows, w.encode("utf-8", "surrogatepass"))})
+                rows = np.array(held, dtype=np.int64)
+        keep[:] = False
+        for i in rows.tolist():
+            m = rb.message(i, read_body=False)
+            keep[i] = (not self.tags or m.tags in self.tags) and (not self.keys or self._has_key(m))
+
+    def _has_key(self, m: Message) -> bool:
+        have = set(m.keys)
+        if m.uniq_key:
+            have.add(m.uniq_key)
+        return bool(have.intersection(self.keys))
 
     def arrow_mask(self, batch):
         """:meth:`match` of every row of an Arrow record batch, vectorised (topics compared as raw bytes).
