@@ -124,10 +124,10 @@ def test_lmq_targets_are_redispatched_by_both(monkeypatch):
 @pytest.mark.parametrize("patch", [{"_MAX_WORDS": 0}, {"_PRIME": 0}], ids=["long_topics", "hash_collisions"])
 def test_topic_grouping_fallbacks(patch, monkeypatch):
     """Topics too long to hash as words, and hash collisions, take the exact dict grouping: same results."""
-    from rmqdump.fast import redispatch as fr
+    from rmqdump.fast import topics
 
     for k, v in patch.items():
-        monkeypatch.setattr(fr, k, v)
+        monkeypatch.setattr(topics, k, v)
     for store in [*LMQ_STORES, FIXTURES / "oracle" / "498-multi-topic" / "store"]:
         assert _compare(store, monkeypatch) > 0
 
@@ -193,8 +193,9 @@ def test_batches_of_mixed_topics_and_queues(max_words, tmp_path, monkeypatch):
     (its one-topic path and the general grouping) equals the pure one for every batch size; ``max_words`` 1:
     every topic but the 1-byte ones is longer than the words compared in place."""
     from rmqdump.fast import redispatch as fr
+    from rmqdump.fast import topics
 
-    monkeypatch.setattr(fr, "_MAX_WORDS", max_words)
+    monkeypatch.setattr(topics, "_MAX_WORDS", max_words)
     store = _grouping_store(tmp_path / "s")
     monkeypatch.setenv("RMQDUMP_FAST", "1")
     cl = Store.open(store).commitlog
@@ -218,8 +219,8 @@ def test_one_topic_check_is_exact(batch, tmp_path):
     never a fallback for the topics it compares in place), at any offset within a word and on any subset."""
     import numpy as np
 
-    from rmqdump.fast import redispatch as fr
     from rmqdump.fast.segment_walk import FastSegmentWalk
+    from rmqdump.fast.topics import _single_topic
 
     cl = Store.open(_grouping_store(tmp_path / "s")).commitlog
     seen = {"one": 0, "mixed": 0}
@@ -231,6 +232,6 @@ def test_one_topic_check_is_exact(batch, tmp_path):
                         continue
                     topics = {b.topic_raw(int(i)) for i in rows}
                     one = topics.pop() if len(topics) == 1 else None
-                    assert fr._single_topic(b, rows) == one, (seg.name, batch, rows.tolist())
+                    assert _single_topic(b, rows) == one, (seg.name, batch, rows.tolist())
                     seen["mixed" if one is None else "one"] += 1
     assert seen["one"] and (seen["mixed"] or batch == 1)

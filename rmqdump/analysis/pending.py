@@ -29,13 +29,24 @@ class PendingWalk:
 def walk_pending(cl: CommitLog, delay_offsets: dict | None, *, check_crc: bool = True, use_mmap: bool = True,
                  max_record_size: int, on_skipped: Callable[[Skipped], None] | None = None,
                  progress: Callable[[int], None] | None = None) -> PendingWalk:
-    """Walk the whole commitlog past damage and track every system record to its state.
+    """Walk the whole commitlog past damage and track every system record to its state (the compiled walk of
+    :mod:`rmqdump.fast.pendingwalk` where it runs; the pure walk takes over at damage).
 
     ``delay_offsets``: ``config/delayOffset.json`` as :func:`rmqdump.store.config.load_delay_offsets`
     reads it (None: the store has none; delayed messages are then judged by delivered copies only).
     """
     tracker = PendingTracker(delay_offsets)
-    walk = cl.walk(check_crc=check_crc, read_body=True, keep_going=True, use_mmap=use_mmap,
+    start = cl.min_offset
+    if use_mmap and cl.segments:
+        from rmqdump.fast import pendingwalk
+
+        if pendingwalk.applies(cl, use_mmap):
+            handed = pendingwalk.feed_pending(cl, tracker, check_crc=check_crc, max_record_size=max_record_size,
+                                              progress=progress)
+            if handed is None:
+                return PendingWalk(tracker.finish(), tracker.records)
+            start = handed.offset
+    walk = cl.walk(start=start, check_crc=check_crc, read_body=True, keep_going=True, use_mmap=use_mmap,
                    max_record_size=max_record_size)
     skipped: list[Skipped] = []
     for n, rec in enumerate(walk):

@@ -39,6 +39,7 @@ from rmqdump.codec.layout import (
     SCHEDULE_TOPIC,
     TIMER_TOPIC,
     TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -280,6 +281,9 @@ PENDING_FIELDS = ("kind", "state", "topic", "queue_id", "queue_offset", "offset"
                   "level", "due_time", "store_timestamp", "uniq_key", "keys", "tags", "delivered_offset", "detail")
 
 
+_TRACKED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
+
+
 @dataclass
 class PendingTracker:
     """Feed every Message of a walk (offset order) to :meth:`add`, then call :meth:`finish`.
@@ -303,6 +307,17 @@ class PendingTracker:
     _cancelled: dict[str, int] = field(default_factory=dict)
     _timers_by_uniq: dict[str, list[Candidate]] = field(default_factory=dict)
     records: int = 0
+    copy_topics: set[str] = field(default_factory=set)  # real topics of candidates awaiting a copy (only grows)
+
+    def matters(self, topic: str, sys_flag: int) -> bool:
+        """Whether :meth:`add` can change anything for a record of ``topic`` and ``sys_flag``: a system topic, a
+        transaction record, or a topic a delivered copy may be in. Any other record only counts (:meth:`skip`)."""
+        return (sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_NOT_TYPE or topic in self.copy_topics
+                or topic in _TRACKED_TOPICS or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)))
+
+    def skip(self, n: int) -> None:
+        """Account for ``n`` records :meth:`matters` says nothing about."""
+        self.records += n
 
     def add(self, msg) -> None:
         """Account for one decoded record (a :class:`~rmqdump.codec.record.Message`)."""
@@ -327,6 +342,8 @@ class PendingTracker:
                     self._half_by_uniq.setdefault(uniq, []).append(c)
             elif uniq:
                 self._by_uniq.setdefault(uniq, []).append(c)
+                if r["real_topic"] is not None:
+                    self.copy_topics.add(r["real_topic"])
                 if kind == "timer":
                     self._timers_by_uniq.setdefault(uniq, []).append(c)
             return

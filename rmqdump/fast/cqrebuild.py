@@ -23,8 +23,9 @@ from rmqdump.errors import StoreError
 from rmqdump.fast.abi import NOT_ASCII
 from rmqdump.fast.engine import _numpy, use_fast
 from rmqdump.fast.intern import TopicIntern
-from rmqdump.fast.redispatch import _dispatched, _topic_groups
+from rmqdump.fast.redispatch import _dispatched
 from rmqdump.fast.segment_walk import FastSegmentWalk
+from rmqdump.fast.topics import TopicNames
 
 if TYPE_CHECKING:
     import numpy as np
@@ -109,28 +110,16 @@ class _Feed:
 
     def __init__(self, intern: TopicIntern, batch_topics, delay_levels_ms: list[int]):
         self.np = _numpy()
-        self.intern = intern
-        self.names: list[str] = []  # the topic table's topics, decoded, by walk id
+        self.topics = TopicNames(intern)
         self.batch_topics = batch_topics
         self.delay_levels_ms = delay_levels_ms
-
-    def _topics(self, b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
-        """Per row a topic index, and the topics (walk ids when every row's topic is in the table)."""
-        np = self.np
-        wt = b["walk_topic"][rows]
-        if wt.size and int(wt.min()) >= 0:
-            if int(wt.max()) >= len(self.names):
-                self.names = [t.decode("utf-8", "replace") for t in self.intern.topics]
-            return wt.astype(np.int64), self.names
-        tids, raws = _topic_groups(b, rows)
-        return tids, [raw.decode("utf-8", "replace") for raw in raws]
 
     def batch(self, b: RecordBatch) -> QueueUnits | None:
         np = self.np
         rows = np.flatnonzero(_dispatched(np, b["sys_flag"]))
         if not rows.size:
             return None
-        tids, names = self._topics(b, rows)
+        tids, names = self.topics.of(b, rows)
         skipped: dict[str, int] = {}
         batch_t = np.array([n in self.batch_topics for n in names], bool)
         out_batch = batch_t[tids] | ((b["sys_flag"][rows] & INNER_BATCH_FLAG) != 0)

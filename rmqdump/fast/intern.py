@@ -55,3 +55,4 @@ class TopicIntern:
         """The interned topics, by id."""
         return [self.arena[o:o + n].tobytes() for o, n in zip(self.off[:self.state[0]].tolist(),
                                                                self.len[:self.state[0]].tolist(), strict=True)]
+
