@@ -346,3 +346,17 @@ def test_bulk_append_function(tmp_path):
                       batch_bytes=64 * 1024, create=True, geometry=SMALL)
     assert res.records == 500 and res.bytes > 500_000 and res.mb_per_s > 0 and res.first_offset == 0
     assert len(messages(tmp_path / "b")) == 500
+
+
+def test_jsonl_born_time_outside_the_calendar_is_one_line(tmp_path):
+    """A record born in the year 146140482 needs a client id no calendar can date: the line is named, the records
+    before it are kept, no traceback (it was a ValueError from ``calendar``)."""
+    store = tmp_path / "s"
+    assert run("append", store, "--init", "--topic", "T", "--body", "first").exit_code == 0
+    lines = [json.dumps({"topic": "J", "body": "b2s="}), json.dumps({"topic": "J", "body": "b2s=",
+                                                                       "born_timestamp": 1 << 62})]
+    out = run("append", store, "--jsonl", "-", "-f", "jsonl", input="\n".join(lines))
+    assert out.exit_code == 2, out.output
+    assert "JSONL line 2" in out.output and "outside the calendar" in out.output
+    assert "Traceback" not in out.output
+    assert [m.body for m in messages(store) if m.topic == "J"] == [b"ok"]

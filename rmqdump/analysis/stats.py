@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from rmqdump.broker.systopics import resolve
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
 from rmqdump.codec.layout import MAX_RECORD_SIZE
-from rmqdump.codec.record import END_OF_DATA, Blank, Message
+from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message
 from rmqdump.findings import ERROR, Finding
 from rmqdump.store.commitlog import Skipped
 from rmqdump.store.root import Store
@@ -85,8 +85,8 @@ class _Acc:
     def __init__(self):
         self.records = self.bytes = self.body_bytes = 0
 
-    def add(self, size: int, body: int) -> None:
-        self.records += 1
+    def add(self, size: int, body: int, records: int = 1) -> None:
+        self.records += records
         self.bytes += size
         self.body_bytes += body
 
@@ -94,97 +94,180 @@ class _Acc:
         return {"records": self.records, "bytes": self.bytes, "body_bytes": self.body_bytes}
 
 
+class _Stats:
+    """The accumulators of one statistics walk: records one by one (:meth:`record`, the reference) or as the
+    compiled walk's groups (:meth:`batch`)."""
+
+    def __init__(self, cl, delay_levels_ms: list[int]):
+        self.delay_levels_ms = delay_levels_ms
+        self.total = _Acc()
+        self.topics: dict[str, _Acc] = defaultdict(_Acc)
+        self.queues: dict[tuple[str, int], _Acc] = defaultdict(_Acc)
+        self.tags: dict[tuple[str, str | None], _Acc] = defaultdict(_Acc)
+        self.hosts: dict[str, _Acc] = defaultdict(_Acc)
+        self.hours: dict[str, _Acc] = defaultdict(_Acc)
+        self.kinds: dict[tuple[str, str | None], _Acc] = defaultdict(_Acc)
+        self.body_hist = [0] * (len(BODY_SIZE_EDGES) + 1)
+        self.compression: dict[str, _Acc] = defaultdict(_Acc)
+        self.skew_hist = [0] * (len(SKEW_EDGES) + 1)
+        self.skew = {"records": 0, "min_ms": None, "max_ms": None, "sum": 0, "excluded": 0}
+        self.segs = {s.name: {"file": s.name, "start": s.start, "size": s.size, "records": 0, "bytes": 0,
+                              "blanks": 0, "findings": 0} for s in cl.segments}
+        self.first_ts = self.last_ts = None
+        self.blanks = 0
+
+    def _file(self, rec: Message, size: int, blen: int, n: int = 1) -> dict:
+        """``rec``'s values (one record, or ``n`` alike with these sums): the accumulators they key; the resolved
+        kind."""
+        topic = rec.topic
+        self.total.add(size, blen, n)
+        self.topics[topic].add(size, blen, n)
+        self.queues[(topic, rec.queue_id)].add(size, blen, n)
+        self.tags[(topic, rec.tags)].add(size, blen, n)
+        self.hosts[_host_ip(rec.born_host)].add(size, blen, n)
+        self.hours[hour_of(rec.store_timestamp)].add(size, blen, n)
+        self.compression[rec.compression].add(size, blen, n)
+        seg = self.segs.get(rec.file)
+        if seg is not None:
+            seg["records"] += n
+            seg["bytes"] += size
+        r = resolve(rec, self.delay_levels_ms)
+        if r["kind"] != "normal":
+            self.kinds[(r["kind"], r["real_topic"])].add(size, blen, n)
+        return r
+
+    def _times(self, lo: int, hi: int) -> None:
+        self.first_ts = lo if self.first_ts is None else min(self.first_ts, lo)
+        self.last_ts = hi if self.last_ts is None else max(self.last_ts, hi)
+
+    def record(self, rec: Message) -> None:
+        size, blen = rec.size, max(rec.body_length, 0)
+        r = self._file(rec, size, blen)
+        self.body_hist[_bucket(BODY_SIZE_EDGES, blen, True)] += 1
+        ts = rec.store_timestamp
+        self._times(ts, ts)
+        skew = self.skew
+        if r["kind"] == "normal" and not r["via"]:
+            d = ts - rec.born_timestamp
+            skew["records"] += 1
+            skew["sum"] += d
+            skew["min_ms"] = d if skew["min_ms"] is None else min(skew["min_ms"], d)
+            skew["max_ms"] = d if skew["max_ms"] is None else max(skew["max_ms"], d)
+            self.skew_hist[_bucket(SKEW_EDGES, d, False)] += 1
+        else:
+            skew["excluded"] += 1
+
+    def blank(self, file: str) -> None:
+        self.blanks += 1
+        seg = self.segs.get(file)
+        if seg is not None:
+            seg["blanks"] += 1
+
+    def batch(self, sb) -> None:
+        """A :class:`rmqdump.fast.statswalk.StatsBatch`: its records in walk order are filed after its groups (the
+        sums do not depend on the order)."""
+        import numpy as np
+
+        for g in sb.groups:
+            self._file(g.rep, g.bytes, g.body_bytes, g.records)
+        if sb.store_times.size:
+            self._times(int(sb.store_times.min()), int(sb.store_times.max()))
+            edges = np.asarray(BODY_SIZE_EDGES)
+            for i, c in enumerate(np.bincount(np.searchsorted(edges, sb.body_lengths, side="left"),
+                                              minlength=len(self.body_hist)).tolist()):
+                self.body_hist[i] += c
+            d = sb.skews
+            skew = self.skew
+            skew["excluded"] += int(sb.store_times.size - d.size)
+            if d.size:
+                lo, hi = int(d.min()), int(d.max())
+                skew["records"] += int(d.size)
+                skew["sum"] += int(d.sum())
+                skew["min_ms"] = lo if skew["min_ms"] is None else min(skew["min_ms"], lo)
+                skew["max_ms"] = hi if skew["max_ms"] is None else max(skew["max_ms"], hi)
+                for i, c in enumerate(np.bincount(np.searchsorted(np.asarray(SKEW_EDGES), d, side="right"),
+                                                  minlength=len(self.skew_hist)).tolist()):
+                    self.skew_hist[i] += c
+        for rec in sb.records:
+            self.record(rec)
+
+
 def compute_stats(path: str | os.PathLike, *, check_crc: bool = True, use_mmap: bool = True,
                   max_record_size: int = MAX_RECORD_SIZE, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
                   progress: Callable[[int], None] | None = None) -> dict:
-    """Walk the whole commitlog of ``path`` once and return the statistics document."""
+    """Walk the whole commitlog of ``path`` once and return the statistics document (the compiled walk of
+    :mod:`rmqdump.fast.statswalk` where it runs; the pure walk takes over at damage)."""
     store = Store.open(path)
     cl = store.commitlog
-    walk = cl.walk(check_crc=check_crc, read_body=False, keep_going=True, use_mmap=use_mmap,
-                   max_record_size=max_record_size)
-    total = _Acc()
-    topics: dict[str, _Acc] = defaultdict(_Acc)
-    queues: dict[tuple[str, int], _Acc] = defaultdict(_Acc)
-    tags: dict[tuple[str, str | None], _Acc] = defaultdict(_Acc)
-    hosts: dict[str, _Acc] = defaultdict(_Acc)
-    hours: dict[str, _Acc] = defaultdict(_Acc)
-    kinds: dict[tuple[str, str | None], _Acc] = defaultdict(_Acc)
-    body_hist = [0] * (len(BODY_SIZE_EDGES) + 1)
-    compression: dict[str, _Acc] = defaultdict(_Acc)
-    skew_hist = [0] * (len(SKEW_EDGES) + 1)
-    skew = {"records": 0, "min_ms": None, "max_ms": None, "sum": 0, "excluded": 0}
-    segs = {s.name: {"file": s.name, "start": s.start, "size": s.size, "records": 0, "bytes": 0, "blanks": 0,
-                     "findings": 0} for s in cl.segments}
+    st = _Stats(cl, delay_levels_ms)
     findings: list[Finding] = list(cl.problems)
-    first_ts = last_ts = None
-    blanks = 0
+    start = cl.min_offset
+    if use_mmap and cl.segments:
+        from rmqdump.fast import statswalk
+
+        if statswalk.applies(cl, use_mmap):
+            start = None
+            end_offset = cl.min_offset
+            for item in statswalk.stats_batches(cl, check_crc=check_crc, max_record_size=max_record_size):
+                if isinstance(item, statswalk.HandOver):
+                    start = item.offset
+                    break
+                if isinstance(item, statswalk.SegmentEnd):
+                    st.blank(item.file)
+                else:
+                    st.batch(item)
+                end_offset = item.end_offset
+                if progress is not None:
+                    progress(end_offset - cl.min_offset)
+            if start is None:
+                last = cl.segments[-1]
+                stop = Invalid(last.end, last.name, last.size, END_OF_DATA, "end of the last commitlog segment")
+                return _document(store, cl, st, findings, stop, end_offset)
+    walk = cl.walk(start=start, check_crc=check_crc, read_body=False, keep_going=True, use_mmap=use_mmap,
+                   max_record_size=max_record_size)
     for n, rec in enumerate(walk):
         if progress is not None and n & 1023 == 0:
             progress(walk.end_offset - cl.min_offset)
         if isinstance(rec, Message):
-            size, blen = rec.size, max(rec.body_length, 0)
-            total.add(size, blen)
-            topic = rec.topic
-            topics[topic].add(size, blen)
-            queues[(topic, rec.queue_id)].add(size, blen)
-            tags[(topic, rec.tags)].add(size, blen)
-            hosts[_host_ip(rec.born_host)].add(size, blen)
-            hours[hour_of(rec.store_timestamp)].add(size, blen)
-            body_hist[_bucket(BODY_SIZE_EDGES, blen, True)] += 1
-            compression[rec.compression].add(size, blen)
-            seg = segs.get(rec.file)
-            if seg is not None:
-                seg["records"] += 1
-                seg["bytes"] += size
-            ts = rec.store_timestamp
-            first_ts = ts if first_ts is None else min(first_ts, ts)
-            last_ts = ts if last_ts is None else max(last_ts, ts)
-            r = resolve(rec, delay_levels_ms)
-            if r["kind"] != "normal":
-                kinds[(r["kind"], r["real_topic"])].add(size, blen)
-            if r["kind"] == "normal" and not r["via"]:
-                d = ts - rec.born_timestamp
-                skew["records"] += 1
-                skew["sum"] += d
-                skew["min_ms"] = d if skew["min_ms"] is None else min(skew["min_ms"], d)
-                skew["max_ms"] = d if skew["max_ms"] is None else max(skew["max_ms"], d)
-                skew_hist[_bucket(SKEW_EDGES, d, False)] += 1
-            else:
-                skew["excluded"] += 1
+            st.record(rec)
         elif isinstance(rec, Blank):
-            blanks += 1
-            seg = segs.get(rec.file)
-            if seg is not None:
-                seg["blanks"] += 1
+            st.blank(rec.file)
         elif isinstance(rec, Skipped):
             findings.append(Finding(ERROR, rec.reason.kind, rec.file, rec.start,
                                     f"damaged bytes [{rec.start}, {rec.end}) skipped: {rec.reason.detail}"))
-    stop = walk.stop
+    return _document(store, cl, st, findings, walk.stop, walk.end_offset)
+
+
+def _document(store: Store, cl, st: _Stats, findings: list[Finding], stop, end_offset: int) -> dict:
+    """The statistics document of a finished walk (``stop``: why it ended, ``end_offset``: after the last record)."""
     if stop is not None and stop.kind != END_OF_DATA:
         findings.append(Finding(ERROR, stop.kind, stop.file or None, stop.offset, stop.detail))
+    segs = st.segs
     for f in findings:
         name = os.path.basename(f.file) if f.file else None
         if name in segs:
             segs[name]["findings"] += 1
+    total, compression, skew, skew_hist = st.total, st.compression, st.skew, st.skew_hist
     comp_records = total.records - compression.get("none", _Acc()).records
     comp_body = total.body_bytes - compression.get("none", _Acc()).body_bytes
     doc = {
         "store": str(store.root or cl.location),
         "totals": {
-            **total.to_dict(), "blanks": blanks, "topics": len(topics), "queues": len(queues),
-            "first_store_time": first_ts, "last_store_time": last_ts,
-            "min_offset": cl.min_offset, "end_offset": walk.end_offset,
+            **total.to_dict(), "blanks": st.blanks, "topics": len(st.topics), "queues": len(st.queues),
+            "first_store_time": st.first_ts, "last_store_time": st.last_ts,
+            "min_offset": cl.min_offset, "end_offset": end_offset,
             "end_reason": f"{stop.kind}: {stop.detail}" if stop else "", "findings": len(findings),
         },
-        "topics": [{"topic": t, **a.to_dict()} for t, a in sorted(topics.items())],
-        "queues": [{"topic": t, "queue_id": q, **a.to_dict()} for (t, q), a in sorted(queues.items())],
+        "topics": [{"topic": t, **a.to_dict()} for t, a in sorted(st.topics.items())],
+        "queues": [{"topic": t, "queue_id": q, **a.to_dict()} for (t, q), a in sorted(st.queues.items())],
         "tags": [{"topic": t, "tag": g, **a.to_dict()}
-                 for (t, g), a in sorted(tags.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None, kv[0][1] or ""))],
-        "producer_hosts": [{"host": h, **a.to_dict()} for h, a in sorted(hosts.items())],
-        "hours": [{"hour": h, **a.to_dict()} for h, a in sorted(hours.items())],
+                 for (t, g), a in sorted(st.tags.items(), key=lambda kv: (kv[0][0], kv[0][1] is not None,
+                                                                          kv[0][1] or ""))],
+        "producer_hosts": [{"host": h, **a.to_dict()} for h, a in sorted(st.hosts.items())],
+        "hours": [{"hour": h, **a.to_dict()} for h, a in sorted(st.hours.items())],
         "system_kinds": [{"kind": k, "real_topic": t, **a.to_dict()}
-                         for (k, t), a in sorted(kinds.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))],
-        "body_sizes": [{"bucket": lbl, "records": c} for lbl, c in zip(BODY_SIZE_LABELS, body_hist, strict=True)],
+                         for (k, t), a in sorted(st.kinds.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))],
+        "body_sizes": [{"bucket": lbl, "records": c} for lbl, c in zip(BODY_SIZE_LABELS, st.body_hist, strict=True)],
         "compression": {
             "compressed_records": comp_records,
             "compressed_share": round(comp_records / total.records, 4) if total.records else 0.0,

@@ -90,6 +90,20 @@ from rmqdump.fast.indexabi import (
     K_SYS_FLAG,
     K_TOPIC_LEN,
     K_TOPIC_START,
+    P_BLOCK,
+    P_BUF,
+    P_BUF_SIZE,
+    P_I0,
+    P_LEN,
+    P_N,
+    P_NAME,
+    P_NAME_LEN,
+    P_PROPS_LEN,
+    P_PROPS_START,
+    P_PYTHON,
+    P_SCRATCH,
+    P_SCRATCH_CAP,
+    P_START,
     S_BEYOND,
     S_DANGLING,
     S_EXPIRED,
@@ -218,6 +232,29 @@ def record_keys(buf, i0, n, ts, tl, ps, pl, sys_flag, sc, hashes, rows, cap, pyt
         i += 1
     out[0] = m
     out[1] = i
+
+
+@njit(cache=True, nogil=True)
+def record_prop(buf, i0, n, ps, pl, sc, name, start, length, python):
+    """The value of property ``name`` (bytes) in rows ``i0 .. n-1`` of a walk batch, as ``parse_properties`` reads
+    it (the last of repeated names; a value is never empty): its byte range ``start[i]``/``length[i]``, or
+    ``length[i]`` -1 without one. ``python[i]`` 1: the pure decoder must read row i (properties that are not
+    valid UTF-8, more pairs than ``sc`` holds)."""
+    for i in range(i0, n):
+        python[i] = 0
+        length[i] = -1
+        p, pn = ps[i], pl[i]
+        if not _utf8_ok(buf, p, pn):
+            python[i] = 1
+            continue
+        k = _parse_props(buf, p, pn, sc)
+        if k < 0:
+            python[i] = 1
+            continue
+        q = _find(buf, sc, k, name)
+        if q >= 0:
+            start[i] = sc[q, 2]
+            length[i] = sc[q, 3]
 
 
 @njit(cache=True, nogil=True)
@@ -486,15 +523,26 @@ def keys_c(a):
 
 
 @cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
+def prop_c(a):
+    """``record_prop`` over raw pointers (the P_* argument block)."""
+    n = a[P_N]
+    record_prop(carray(_p_u8(a[P_BUF]), (a[P_BUF_SIZE],)), a[P_I0], n, carray(_p_i64(a[P_PROPS_START]), (n,)),
+                carray(_p_i32(a[P_PROPS_LEN]), (n,)), carray(_p_i64(a[P_SCRATCH]), (a[P_SCRATCH_CAP], 4)),
+                carray(_p_u8(a[P_NAME]), (a[P_NAME_LEN],)), carray(_p_i64(a[P_START]), (n,)),
+                carray(_p_i32(a[P_LEN]), (n,)), carray(_p_u8(a[P_PYTHON]), (n,)))
+
+
+@cfunc(types.void(types.CPointer(types.int64)), nopython=True, cache=True)
 def info_c(a):
-    """a[0] <- the E_* block size, a[1] <- the C_* block size, a[2] <- the K_* block size this build expects."""
+    """a[0..3] <- the E_*, C_*, K_* and P_* block sizes this build expects."""
     a[0] = E_BLOCK
     a[1] = C_BLOCK
     a[2] = K_BLOCK
+    a[3] = P_BLOCK
 
 
 ENTRY_POINTS = {"rmqdump_index_entries": entries_c, "rmqdump_index_chains": chains_c, "rmqdump_index_keys": keys_c,
-                "rmqdump_index_info": info_c}
+                "rmqdump_index_prop": prop_c, "rmqdump_index_info": info_c}
 
 
 def build_shared_library(path: str, cc: str = "cc") -> None:

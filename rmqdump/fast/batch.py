@@ -134,9 +134,9 @@ class RecordBatch:
         index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
         return offsets.astype(np.int32), self.buf[index]
 
-    def holding(self, rows: np.ndarray, needle: bytes) -> list[int]:
-        """The records among ``rows`` whose properties contain ``needle`` (searched in one pass over their
-        properties bytes, a NUL after each, so that no match spans two records)."""
+    def holding(self, rows: np.ndarray, *needles: bytes) -> list[int]:
+        """The records among ``rows`` whose properties contain one of ``needles`` (in order, each once; searched in
+        one copy of their properties bytes, a NUL after each, so that no match spans two records)."""
         np = _numpy()
         starts = self.columns["properties_start"][rows]
         lens = np.maximum(self.columns["properties_length"][rows], 0).astype(np.int64)
@@ -147,13 +147,14 @@ class RecordBatch:
         flat = self.buf[index]
         flat[bounds[1:] - 1] = 0
         text = flat.tobytes()
-        out = []
-        at = text.find(needle)
-        while at >= 0:
-            r = int(np.searchsorted(bounds, at, side="right")) - 1
-            out.append(int(rows[r]))
-            at = text.find(needle, int(bounds[r + 1]))
-        return out
+        found: set[int] = set()
+        for needle in needles:
+            at = text.find(needle)
+            while at >= 0:
+                r = int(np.searchsorted(bounds, at, side="right")) - 1
+                found.add(r)
+                at = text.find(needle, int(bounds[r + 1]))
+        return [int(rows[r]) for r in sorted(found)]
 
     def topic_raw(self, i: int) -> bytes:
         return self._slice("topic_start", "topic_length", i)

@@ -29,10 +29,14 @@ C_BLOCK = 16
 (K_BUF, K_BUF_SIZE, K_I0, K_N, K_TOPIC_START, K_TOPIC_LEN, K_PROPS_START, K_PROPS_LEN, K_SYS_FLAG, K_SCRATCH,
  K_SCRATCH_CAP, K_HASHES, K_ROWS, K_CAP, K_PYTHON, K_OUT) = range(16)
 K_BLOCK = 16
+# one property's value in each of a batch's records (its byte range, or -1), P_* block
+(P_BUF, P_BUF_SIZE, P_I0, P_N, P_PROPS_START, P_PROPS_LEN, P_SCRATCH, P_SCRATCH_CAP, P_NAME, P_NAME_LEN, P_START,
+ P_LEN, P_PYTHON) = range(13)
+P_BLOCK = 16
 SCRATCH_PAIRS = 1024
 
 
 def abi_key() -> bytes:
     """The caller/kernel contract (part of the shared library's cache key)."""
-    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_", "K_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE", "ENTRY_")))
+    names = sorted(n for n in globals() if n[:2] in ("S_", "E_", "C_", "K_", "P_") or n.startswith(("EV_", "PAGE", "SCRATCH", "WINDOW", "DENSE", "ENTRY_")))
     return repr([(n, globals()[n]) for n in names]).encode()

@@ -71,6 +71,7 @@ from rmqdump.fast.indexabi import (
     E_WALK_COLS,
     E_WIN,
     K_BLOCK,
+    P_BLOCK,
     PAGE_BUDGET,
     SCRATCH_PAIRS,
     WINDOW,
@@ -92,12 +93,13 @@ def library_path() -> Path:
 
 
 class _Backend:
-    def __init__(self, kind: str, entries, chains, keys, info, keep=None):
-        self.kind, self.entries, self.chains, self.keys, self._keep = kind, entries, chains, keys, keep
-        block = (ctypes.c_int64 * 3)()
+    def __init__(self, kind: str, entries, chains, keys, prop, info, keep=None):
+        self.kind, self.entries, self.chains, self.keys, self.prop, self._keep = kind, entries, chains, keys, prop, keep
+        block = (ctypes.c_int64 * 4)()
         info(ctypes.addressof(block))
-        if tuple(block) != (E_BLOCK, C_BLOCK, K_BLOCK):
-            raise RuntimeError(f"indexjoin kernel argument blocks {tuple(block)} != {(E_BLOCK, C_BLOCK, K_BLOCK)}")
+        want = (E_BLOCK, C_BLOCK, K_BLOCK, P_BLOCK)
+        if tuple(block) != want:
+            raise RuntimeError(f"indexjoin kernel argument blocks {tuple(block)} != {want}")
 
 
 def backend() -> _Backend:
@@ -111,8 +113,8 @@ def backend() -> _Backend:
 
             _backend = load_kernels(
                 "rmqdump.fast._indexkernels", library_path,
-                ("rmqdump_index_entries", "rmqdump_index_chains", "rmqdump_index_keys", "rmqdump_index_info"),
-                ("entries_c", "chains_c", "keys_c", "info_c"), _Backend)
+                ("rmqdump_index_entries", "rmqdump_index_chains", "rmqdump_index_keys", "rmqdump_index_prop",
+                 "rmqdump_index_info"), ("entries_c", "chains_c", "keys_c", "prop_c", "info_c"), _Backend)
         return _backend
 
 

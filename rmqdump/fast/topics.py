@@ -25,13 +25,22 @@ def _topic_groups(b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[by
     one = _single_topic(b, rows)
     if one is not None:
         return np.zeros(rows.size, np.int64), [one]
-    starts = b["topic_start"][rows]
-    lens = np.maximum(b["topic_length"][rows], 0).astype(np.int64)
+    return byte_groups(b.buf, b["topic_start"][rows], b["topic_length"][rows])
+
+
+def byte_groups(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, list[bytes]]:
+    """Per row an index into the distinct byte strings ``buf[starts[i]:starts[i] + lengths[i]]`` (negative
+    lengths read as empty), and those strings: hashed as words read in place, every group then checked word for
+    word (a collision, or strings longer than the words compared, take a dict of the bytes)."""
+    np = _numpy()
+    lens = np.maximum(lengths, 0).astype(np.int64)
+    if not lens.size:
+        return np.zeros(0, np.int64), []
     nwords = (int(lens.max()) + 7) // 8
-    size = int(b.buf.size)
+    size = int(buf.size)
     if nwords <= _MAX_WORDS and size >= 8 and int(starts.max()) + 8 * nwords <= size:
-        # the topic as little-endian 8-byte words read in place (unaligned), bytes past its end masked off
-        words = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=b.buf, strides=(1,))
+        # the string as little-endian 8-byte words read in place (unaligned), bytes past its end masked off
+        words = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=buf, strides=(1,))
         key = lens.astype(np.uint64) ^ np.uint64(_SEED)
         cols = []
         for k in range(nwords):
@@ -44,11 +53,11 @@ def _topic_groups(b: RecordBatch, rows: np.ndarray) -> tuple[np.ndarray, list[by
         inv = inv.reshape(-1)
         rep = first[inv]
         if bool((lens == lens[rep]).all()) and all(bool((w == w[rep]).all()) for w in cols):  # exact groups
-            return inv, [b.buf[starts[f]:starts[f] + lens[f]].tobytes() for f in first]
+            return inv, [buf[starts[f]:starts[f] + lens[f]].tobytes() for f in first]
     ids: dict[bytes, int] = {}
-    tids = np.empty(rows.size, np.int64)
+    tids = np.empty(lens.size, np.int64)
     for n, (s, ln) in enumerate(zip(starts.tolist(), lens.tolist(), strict=True)):
-        tids[n] = ids.setdefault(b.buf[s:s + ln].tobytes(), len(ids))
+        tids[n] = ids.setdefault(buf[s:s + ln].tobytes(), len(ids))
     return tids, list(ids)
 
 

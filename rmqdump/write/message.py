@@ -25,8 +25,13 @@ from rmqdump.errors import FormatError
 
 @functools.lru_cache(maxsize=64)
 def _month_start_ms(day: int) -> int:
-    t = time.gmtime(day * 86400)
-    return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
+    """The UTC month start (epoch ms) of ``day`` (days since the epoch); FormatError outside the calendar."""
+    try:
+        t = time.gmtime(day * 86400)
+        return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
+    except (OverflowError, OSError, ValueError):
+        raise FormatError(f"born timestamp {day * 86_400_000} ms and after is outside the calendar: no client id "
+                          "(UNIQ_KEY) can be made for it; give one") from None
 
 
 def make_uniq_key(ip: bytes, pid: int, classloader: int, epoch_ms: int, counter: int) -> str:

@@ -24,7 +24,7 @@ from rmqdump.codec.layout import (
     TRANSACTION_BY_NAME,
 )
 from rmqdump.errors import FormatError, RmqdumpError, UnsupportedError
-from rmqdump.write.message import MessageSpec
+from rmqdump.write.message import MessageSpec, _month_start_ms
 
 
 def decode_body(value, encoding: str) -> bytes:
@@ -157,6 +157,9 @@ def record_to_spec(row: dict, *, body_encoding: str = "base64", keep_store_time:
             spec.compression = {0: "legacy-zlib", 1: "lz4", 2: "zstd", 3: "zlib"}.get(kind)
             if spec.compression is None:
                 raise FormatError(f"unknown compression type {kind}")
+    born = spec.born_timestamp if spec.born_timestamp is not None else spec.store_timestamp
+    if spec.auto_uniq_key and born is not None:
+        _month_start_ms(born // 86_400_000)  # the client id the writer makes needs its month (FormatError)
     return spec
 
 

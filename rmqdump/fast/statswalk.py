@@ -1,0 +1,226 @@
+"""Compiled twin of the walk behind ``rmqdump stats`` (``analysis.stats.compute_stats``): a batch's records as
+groups that share every value the statistics key on, from column batches.
+
+The pure walk decodes every record and files it under its topic, queue, tag, producer host, hour, compression
+and system kind. Here each segment is walked by the compiled kernel (CRC as asked) and the rows are grouped on
+the bytes those values come from: the topic, the queue id, the TAGS value (its byte range from ``record_prop``,
+:mod:`rmqdump.fast._indexkernels`), the born address, the store-time hour, the compression bits and the
+transaction type; one record per group is decoded and the pure accessors name the group's values. Rows whose
+values the columns cannot settle are handed over decoded (:attr:`StatsBatch.records`): system topics (their
+destination is in their properties), properties that are not valid UTF-8 or name a detour (a delivered copy's
+``DELAY``/``TIMER_*``: the clock-skew rule). The hour is keyed as ``store time // 3,600,000`` (floor): the hour
+label of a time (UTC, ``invalid`` outside the calendar, whose limits fall on whole hours) is the same for every
+time of one key. A file the kernel cannot walk to its end hands the rest back to the pure walk
+(:class:`~rmqdump.fast.cqrebuild.HandOver`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rmqdump.codec.layout import (
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    COMPRESSION_TYPE_COMPARATOR,
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    SCHEDULE_TOPIC,
+    TIMER_TOPIC,
+    TRANSACTION_TYPE_MASK,
+)
+from rmqdump.codec.record import Message
+from rmqdump.errors import StoreError
+from rmqdump.fast.cqrebuild import HandOver
+from rmqdump.fast.engine import _numpy, use_fast
+from rmqdump.fast.indexabi import (
+    P_BLOCK,
+    P_BUF,
+    P_BUF_SIZE,
+    P_I0,
+    P_LEN,
+    P_N,
+    P_NAME,
+    P_NAME_LEN,
+    P_PROPS_LEN,
+    P_PROPS_START,
+    P_PYTHON,
+    P_SCRATCH,
+    P_SCRATCH_CAP,
+    P_START,
+    SCRATCH_PAIRS,
+)
+from rmqdump.fast.intern import TopicIntern
+from rmqdump.fast.segment_walk import FastSegmentWalk
+from rmqdump.fast.topics import TopicNames, byte_groups
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from rmqdump.fast.batch import RecordBatch
+    from rmqdump.store.commitlog import CommitLog
+
+__all__ = ["Group", "HandOver", "SegmentEnd", "StatsBatch", "applies", "stats_batches"]
+
+_SYSTEM = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
+_DETOURS = (b"DELAY\x01", b"TIMER_OUT_MS\x01", b"TIMER_ENQUEUE_MS\x01")  # resolve()'s "via" properties
+HOUR_MS = 3_600_000
+
+
+@dataclass
+class Group:
+    """Records sharing every value the statistics key on; ``rep``: one of them, decoded (no body)."""
+
+    rep: Message
+    records: int
+    bytes: int
+    body_bytes: int
+
+
+@dataclass
+class StatsBatch:
+    """One batch: its groups, the records to file one by one (decoded, in order), and for the grouped rows their
+    body lengths, the clock skews (store minus born time) of those the skew counts, and their store times."""
+
+    file: str
+    groups: list[Group] = field(default_factory=list)
+    records: list[Message] = field(default_factory=list)
+    body_lengths: Any = None
+    skews: Any = None
+    store_times: Any = None
+    end_offset: int = 0
+
+
+@dataclass
+class SegmentEnd:
+    """A file's walk ended at a valid end-of-file BLANK (``file``) after ``end_offset``."""
+
+    file: str
+    end_offset: int
+
+
+def applies(cl: CommitLog, use_mmap: bool) -> bool:
+    """Whether the statistics walk takes the compiled path."""
+    segs = list(cl.segments)
+    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+
+
+def stats_batches(cl: CommitLog, *, check_crc: bool, max_record_size: int,
+                  batch_records: int | None = None) -> Iterator[StatsBatch | SegmentEnd | HandOver]:
+    """The commitlog's records as :class:`StatsBatch` es (a :class:`SegmentEnd` after a file that ends with a
+    BLANK); a :class:`HandOver` last when the kernel could not walk it all."""
+    grouper = _Grouper()
+    columns = None
+    kw = {} if batch_records is None else {"batch_records": batch_records}
+    for seg in cl.segments:
+        try:
+            w = FastSegmentWalk(segment=seg, check_crc=check_crc, max_record_size=max_record_size,
+                                columns=columns, intern=grouper.names.intern, **kw)
+        except StoreError:
+            w = None
+        if w is None or w.size != seg.size:
+            if w is not None:
+                w.close()
+            yield HandOver(seg.start)
+            return
+        with w:
+            for b in w:
+                if b.n:
+                    yield grouper.batch(b)
+            stop = w.stop
+        columns = w.cols
+        if stop.kind == "invalid":
+            yield HandOver(seg.start + stop.pos)
+            return
+        if stop.kind == "blank":
+            yield SegmentEnd(seg.name, seg.start + seg.size)
+
+
+class _Grouper:
+    def __init__(self):
+        np = self.np = _numpy()
+        from rmqdump.fast.indexjoin import backend
+
+        self.call = backend().prop
+        self.names = TopicNames(TopicIntern())
+        self.scratch = np.zeros((SCRATCH_PAIRS, 4), np.int64)
+        self.tag_name = np.frombuffer(b"TAGS", np.uint8).copy()
+        self.block = np.zeros(P_BLOCK, np.int64)
+        self.start = self.length = self.python = np.zeros(0, np.int64)
+
+    def _tags(self, b: RecordBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row the TAGS value's byte range (length -1: none) and whether the pure decoder must read it."""
+        np, n = self.np, b.n
+        if self.start.size < n:
+            self.start, self.length, self.python = np.zeros(n, np.int64), np.zeros(n, np.int32), np.zeros(n, np.uint8)
+        k = self.block
+        k[P_BUF], k[P_BUF_SIZE], k[P_I0], k[P_N] = b.buf.ctypes.data, b.buf.size, 0, n
+        k[P_PROPS_START], k[P_PROPS_LEN] = b["properties_start"].ctypes.data, b["properties_length"].ctypes.data
+        k[P_SCRATCH], k[P_SCRATCH_CAP] = self.scratch.ctypes.data, SCRATCH_PAIRS
+        k[P_NAME], k[P_NAME_LEN] = self.tag_name.ctypes.data, self.tag_name.size
+        k[P_START], k[P_LEN], k[P_PYTHON] = self.start.ctypes.data, self.length.ctypes.data, self.python.ctypes.data
+        self.call(k.ctypes.data)
+        return self.start[:n], self.length[:n], self.python[:n].astype(bool)
+
+    def batch(self, b: RecordBatch) -> StatsBatch:
+        np, n = self.np, b.n
+        every = np.arange(n)
+        tids, topics = self.names.of(b, every)
+        sys_flag = b["sys_flag"][:n]
+        system = np.array([t in _SYSTEM or t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+                           for t in topics], bool)
+        tag_start, tag_len, one_by_one = self._tags(b)
+        one_by_one = one_by_one | system[tids]
+        one_by_one[b.holding(every, *_DETOURS)] = True
+        ts = b["store_timestamp"][:n].astype(np.int64)
+        hour = ts // HOUR_MS
+        rows = np.flatnonzero(~one_by_one)
+        out = StatsBatch(b.file, end_offset=int(b.offsets[n - 1]) + int(b["size"][n - 1]))
+        out.records = [b.message(i, read_body=False) for i in np.flatnonzero(one_by_one).tolist()]
+        if not rows.size:
+            out.body_lengths = out.skews = out.store_times = np.zeros(0, np.int64)
+            return out
+        has_tags = tag_len[rows] >= 0
+        tag_ids = np.full(rows.size, -1, np.int64)
+        if has_tags.any():
+            with_tags = rows[has_tags]
+            tag_ids[has_tags] = byte_groups(b.buf, tag_start[with_tags], tag_len[with_tags])[0]
+        addr = b["born_addr"][rows].view(np.int64).reshape(rows.size, -1)
+        flags = sys_flag[rows]
+        columns = (tids[rows], b["queue_id"][rows].astype(np.int64), tag_ids, *addr.T,
+                   (flags & BORNHOST_V6_FLAG).astype(np.int64), hour[rows],
+                   (flags & (COMPRESSED_FLAG | COMPRESSION_TYPE_COMPARATOR | TRANSACTION_TYPE_MASK)).astype(np.int64))
+        first, inv = _groups(np, columns)
+        sizes = b["size"][rows].astype(np.int64)
+        blen = np.maximum(b["body_length"][rows], 0).astype(np.int64)
+        counts = np.bincount(inv, minlength=first.size)
+        size_sums = np.bincount(inv, weights=sizes, minlength=first.size)
+        body_sums = np.bincount(inv, weights=blen, minlength=first.size)
+        for g, f in enumerate(first.tolist()):
+            out.groups.append(Group(b.message(int(rows[f]), read_body=False), int(counts[g]), int(size_sums[g]),
+                                    int(body_sums[g])))
+        out.body_lengths = blen
+        normal = (flags & TRANSACTION_TYPE_MASK) == 0  # the skew counts producer writes (kind normal, no detour)
+        out.skews = ts[rows][normal] - b["born_timestamp"][rows][normal].astype(np.int64)
+        out.store_times = ts[rows]
+        return out
+
+
+def _groups(np, columns) -> tuple[np.ndarray, np.ndarray]:
+    """Rows equal in every column: (a first row of each group, each row's group), the columns folded one by one
+    into dense group numbers (each step one sort of int64s)."""
+    inv = np.zeros(columns[0].size, np.int64)
+    n = 1
+    for col in columns:
+        values, rank = np.unique(col, return_inverse=True)
+        if values.size == 1:
+            continue
+        _, inv = np.unique(inv * values.size + rank.reshape(-1), return_inverse=True)
+        inv = inv.reshape(-1)
+        n = int(inv.max()) + 1
+    first = np.full(n, inv.size, np.int64)
+    np.minimum.at(first, inv, np.arange(inv.size))
+    return first, inv
