@@ -17,8 +17,9 @@ _CRC32_BYTES = PROPERTY_CRC32.encode()
 
 
 def data_end(cl: CommitLog, use_mmap: bool = True, seen: dict | None = None) -> tuple[int, str]:
-    """End of valid data: walk (without CRC) from the start of the last segment holding data. ``seen``
-    collects the first V2-magic record and the first ``__CRC32#`` record met (their offsets)."""
+    """End of valid data: walk (without CRC) from the start of the last segment holding data (the compiled walk of
+    :mod:`rmqdump.fast.dataend` where it runs). ``seen`` collects the first V2-magic record and the first
+    ``__CRC32#`` record met (their offsets)."""
     start = cl.min_offset
     for seg in reversed(cl.segments):
         if seg.size == 0:
@@ -28,6 +29,15 @@ def data_end(cl: CommitLog, use_mmap: bool = True, seen: dict | None = None) -> 
         if any(head):
             start = seg.start
             break
+    from rmqdump.fast.dataend import data_end as data_end_fast
+
+    fast = data_end_fast(cl, start, _CRC32_BYTES, use_mmap)
+    if fast is not None:
+        if seen is not None:  # in walk order, as the pure walk meets them
+            for off, name in sorted((off, name) for name, off in (("v2", fast.first_v2),
+                                                                   ("crc32", fast.first_holding)) if off is not None):
+                seen.setdefault(name, off)
+        return fast.end_offset, f"{fast.stop.kind}: {fast.stop.detail}"
     walk = cl.walk(start=start, check_crc=False, read_body=False, use_mmap=use_mmap)
     for rec in walk:
         if seen is not None and isinstance(rec, Message):
