@@ -121,6 +121,7 @@ class Bench(HeavyRows):
                   "fast_scan_1k": ["fast_scan_1k", "fast_scan_128"],
                   "fast_verify_1core": ["fast_verify_1core", "fast_verify_jobs"],
                   "verify_store": ["verify_store", "rocketmq_ref", "verify_vs_rocketmq", "rebuild_cq", "rebuild_index",
+                                   "cmd_stats", "cmd_pending", "cmd_info", "cmd_lookup_scan", "cmd_scan_key",
                                    "verify_store_big"],
                   "export_cli_parquet": ["export_cli_parquet", "parquet_vs_arrow", "export_cli_jsonl"],
                   "scan_jsonl": ["scan_jsonl", "jsonl_vs_orjson"], "help_wall": ["version_wall", "help_wall"],
@@ -333,6 +334,8 @@ class Bench(HeavyRows):
         r.note = "CQ join in bounded memory (64 MiB windows); wall: other jobs share the 2 cores"
         self._rocketmq_load(wall)
         self._rebuild_cq(wall)
+        self._rebuild_index(wall)
+        self._incident_commands(wall)
         rb = self.rows["verify_store_big"]
         if not self.args.big_gib:
             rb.result = "skipped"
@@ -377,13 +380,36 @@ class Bench(HeavyRows):
         r.reference = f"verify STORE {verify_wall:.2f} s wall"
         r.ratio = f"{wall / verify_wall:.2f} x verify"
         mark(r, wall <= 2 * verify_wall)
-        self._rebuild_index(verify_wall)
+
+    def _incident_commands(self, verify_wall: float) -> None:
+        """The other whole-store commands of an incident, on the CQ store, beside verify STORE in the same run."""
+        from bench.gen import key_for
+
+        key = key_for(self.spec1k.records_per_segment // 2)  # one record of the first file holds it
+        store = str(self.store1k)
+        for row, args, codes in (("cmd_stats", ["stats", "-f", "json", store], (0,)),
+                                 ("cmd_pending", ["pending", "-f", "json", store], (0,)),
+                                 ("cmd_info", ["info", "-f", "json", store], (0, 1)),
+                                 ("cmd_lookup_scan", ["lookup", store, "--key", key, "-f", "jsonl", "-q"], (0,)),
+                                 ("cmd_scan_key", ["scan", "--key", key, "-f", "jsonl", "-q", store], (0,))):
+            r = self.rows[row]
+            if row in self.skip:
+                r.result = "skipped"
+                continue
+            wall, rss, cpu = self._cli_rows([*RMQDUMP, *args], ok_codes=codes)
+            r.figure = f"{wall:.2f} s wall, {cpu:.2f} s CPU, peak RSS {rss / 1e6:.0f} MB"
+            r.reference = f"verify STORE {verify_wall:.2f} s wall"
+            r.ratio = f"{wall / verify_wall:.2f} x verify"
+            r.result = "info"
 
     def _rebuild_index(self, verify_wall: float) -> None:
         """``repair --rebuild-index --to`` over the CQ store: one key a record, so entries = CQ units."""
         from rmqdump.store.indexfile import IndexFile
 
         r = self.rows["rebuild_index"]
+        if "rebuild" in self.skip:
+            r.result = "skipped"
+            return
         out = self.out / "rebuild-index"
         runs = []
         for _ in range(self.repeat):
