@@ -212,10 +212,12 @@ def compute_stats(path: str | os.PathLike, *, check_crc: bool = True, use_mmap: 
                 if isinstance(item, statswalk.HandOver):
                     start = item.offset
                     break
-                if isinstance(item, statswalk.SegmentEnd):
-                    st.blank(item.file)
-                else:
-                    st.batch(item)
+                if isinstance(item, statswalk.FileEnd):
+                    if item.stop.kind == "blank":
+                        st.blank(item.segment.name)
+                        end_offset = item.segment.start + item.segment.size
+                    continue
+                st.batch(item)
                 end_offset = item.end_offset
                 if progress is not None:
                     progress(end_offset - cl.min_offset)

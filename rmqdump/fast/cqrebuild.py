@@ -19,29 +19,22 @@ from rmqdump.broker.redispatch import _MULTI, MULTI_MIN_PROPERTIES
 from rmqdump.broker.systopics import multi_dispatch_targets
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS, dispatch_tags_code
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, INNER_BATCH_FLAG, SCHEDULE_TOPIC
-from rmqdump.errors import StoreError
+from rmqdump.fast import filewalk
 from rmqdump.fast.abi import NOT_ASCII
-from rmqdump.fast.engine import _numpy, use_fast
+from rmqdump.fast.batch import RecordBatch
+from rmqdump.fast.engine import _numpy
+from rmqdump.fast.filewalk import HandOver
 from rmqdump.fast.intern import TopicIntern
 from rmqdump.fast.redispatch import _dispatched
-from rmqdump.fast.segment_walk import FastSegmentWalk
 from rmqdump.fast.topics import TopicNames
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from rmqdump.fast.batch import RecordBatch
     from rmqdump.store.commitlog import CommitLog
     from rmqdump.store.consumequeue import ConsumeQueueWriter
 
 _ROW = 16  # a unit's order key: its record's row << _ROW, plus 1 + j for the record's j-th LMQ target
-
-
-@dataclass
-class HandOver:
-    """The kernel stopped before ``offset`` was walked: the pure loop takes the walk from there."""
-
-    offset: int
 
 
 @dataclass
@@ -66,8 +59,7 @@ class QueueUnits:
 
 def applies(cl: CommitLog, end: int | None, use_mmap: bool) -> bool:
     """Whether the rebuild's walk takes the compiled path (every segment it walks mapped, none DLedger)."""
-    segs = [s for s in cl.segments if end is None or s.start < end]
-    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+    return filewalk.applies(cl, None, end, use_mmap)
 
 
 def dispatch_units(cl: CommitLog, *, end: int | None = None, batch_topics: set[str] | frozenset[str] = frozenset(),
@@ -77,32 +69,13 @@ def dispatch_units(cl: CommitLog, *, end: int | None = None, batch_topics: set[s
     kernel could not walk it all. ``batch_records``: records per batch (tests use small batches)."""
     intern = TopicIntern()
     feed = _Feed(intern, batch_topics, delay_levels_ms)
-    columns = None
-    kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in cl.segments:
-        if end is not None and seg.start >= end:
-            return
-        try:
-            w = FastSegmentWalk(segment=seg, check_crc=False, end_offset=end, columns=columns, intern=intern, **kw)
-        except StoreError:
-            w = None
-        if w is None or w.size != seg.size:
-            if w is not None:
-                w.close()
-            yield HandOver(seg.start)
-            return
-        with w:
-            for b in w:
-                units = feed.batch(b)
-                if units is not None:
-                    yield units
-            stop = w.stop
-        columns = w.cols
-        if stop.kind == "invalid":
-            yield HandOver(seg.start + stop.pos)
-            return
-        if stop.kind == "limit":
-            return
+    for item in filewalk.walk_files(cl, end=end, intern=intern, batch_records=batch_records):
+        if isinstance(item, HandOver):
+            yield item
+        elif isinstance(item, RecordBatch):
+            units = feed.batch(item)
+            if units is not None:
+                yield units
 
 
 class _Feed:

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 
 from rmqdump.codec.layout import MESSAGE_MAGIC_CODE_V2
 from rmqdump.codec.record import END_OF_DATA, Invalid
-from rmqdump.errors import StoreError
-from rmqdump.fast.engine import _numpy, use_fast
-from rmqdump.fast.segment_walk import FastSegmentWalk
+from rmqdump.fast import filewalk
+from rmqdump.fast.engine import _numpy
 
 if TYPE_CHECKING:
     from rmqdump.store.commitlog import CommitLog
@@ -30,40 +29,29 @@ class DataEnd:
 def data_end(cl: CommitLog, start: int, needle: bytes, use_mmap: bool = True,
              batch_records: int | None = None) -> DataEnd | None:
     """The walk of ``cl`` from ``start`` as ``cl.walk(start=start, check_crc=False, read_body=False)`` ends; None
-    where the kernel does not apply or cannot walk a file (the pure walk then answers)."""
-    segs = [s for s in cl.segments if s.start + s.size > start]
-    if not use_mmap or not segs or not use_fast(sum(s.size for s in segs), segments=segs):
+    where the kernel does not apply or cannot map a file (the pure walk then answers)."""
+    if not filewalk.applies(cl, start, None, use_mmap):
         return None
     np = _numpy()
     end, v2, held = start, None, None
-    columns = None
-    kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in segs:
-        try:
-            w = FastSegmentWalk(segment=seg, start_pos=max(0, start - seg.start), check_crc=False, columns=columns,
-                                **kw)
-        except StoreError:
-            return None
-        with w:
-            if w.size != seg.size:
-                return None
-            for b in w:
-                if not b.n:
-                    continue
-                if v2 is None:
-                    rows = np.flatnonzero(b["magic"][:b.n] == MESSAGE_MAGIC_CODE_V2)
-                    if rows.size:
-                        v2 = int(b.offsets[rows[0]])
-                if held is None:
-                    rows = b.holding(np.arange(b.n), needle)
-                    if rows:
-                        held = int(b.offsets[rows[0]])
-            stop = w.stop
-        columns = w.cols
-        if w.records or stop.kind == "blank":
-            end = seg.start + w.end_pos
-        if stop.kind == "invalid":
-            return DataEnd(end, stop.invalid, v2, held)
-    last = segs[-1]
+    for item in filewalk.walk_files(cl, start=start, batch_records=batch_records):
+        if isinstance(item, filewalk.HandOver):
+            return None  # a file it cannot map (damage ends the walk at the FileEnd before)
+        if isinstance(item, filewalk.FileEnd):
+            seg, stop = item.segment, item.stop
+            if item.records or stop.kind == "blank":
+                end = seg.start + item.end_pos
+            if stop.kind == "invalid":
+                return DataEnd(end, stop.invalid, v2, held)
+            continue
+        if v2 is None:
+            rows = np.flatnonzero(item["magic"][:item.n] == MESSAGE_MAGIC_CODE_V2)
+            if rows.size:
+                v2 = int(item.offsets[rows[0]])
+        if held is None:
+            rows = item.holding(np.arange(item.n), needle)
+            if rows:
+                held = int(item.offsets[rows[0]])
+    last = cl.segments[-1]
     return DataEnd(end, Invalid(last.end, last.name, last.size, END_OF_DATA, "end of the last commitlog segment"),
                    v2, held)

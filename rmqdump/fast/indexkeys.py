@@ -6,7 +6,7 @@ each. Here each segment is walked by the compiled kernel (CRC off) and a batch's
 ``record_keys`` (:mod:`rmqdump.fast._indexkernels`) in the record bytes; a record it cannot settle (text that is
 not valid UTF-8, too many properties, keys beyond the batch's room) is decoded and keyed by the pure rule
 (:func:`~rmqdump.store.indexfile.writer.record_index_keys`), its keys put in their place. A file the kernel cannot
-walk to its end hands the rest of the walk back to the pure loop (:class:`~rmqdump.fast.cqrebuild.HandOver`).
+walk to its end hands the rest of the walk back to the pure loop (:class:`~rmqdump.fast.filewalk.HandOver`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rmqdump.codec.javahash import index_key_hash
-from rmqdump.errors import StoreError
-from rmqdump.fast.cqrebuild import HandOver
-from rmqdump.fast.engine import _numpy, use_fast
+from rmqdump.fast import filewalk
+from rmqdump.fast.batch import RecordBatch
+from rmqdump.fast.engine import _numpy
+from rmqdump.fast.filewalk import HandOver
 from rmqdump.fast.indexabi import (
     K_BLOCK,
     K_BUF,
@@ -39,13 +40,11 @@ from rmqdump.fast.indexabi import (
     K_TOPIC_START,
     SCRATCH_PAIRS,
 )
-from rmqdump.fast.segment_walk import FastSegmentWalk
 from rmqdump.store.indexfile.writer import record_index_keys
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from rmqdump.fast.batch import RecordBatch
     from rmqdump.store.commitlog import CommitLog
 
 ROOM = 1 << 18  # keys one kernel call may write
@@ -62,8 +61,7 @@ class BatchKeys:
 
 def applies(cl: CommitLog, start: int, end: int, use_mmap: bool) -> bool:
     """Whether the rebuild's walk of [start, end) takes the compiled path."""
-    segs = [s for s in cl.segments if s.start + s.size > start and s.start < end]
-    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+    return filewalk.applies(cl, start, end, use_mmap)
 
 
 def index_keys(cl: CommitLog, *, start: int, end: int,
@@ -71,35 +69,13 @@ def index_keys(cl: CommitLog, *, start: int, end: int,
     """The index entries of the records in [``start``, ``end``), batch by batch; a :class:`HandOver` last when the
     kernel could not walk it all. ``batch_records``: records per batch (tests use small batches)."""
     keys = _Keys()
-    columns = None
-    kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in cl.segments:
-        if seg.start + seg.size <= start:
-            continue
-        if seg.start >= end:
-            return
-        pos = max(0, start - seg.start)
-        try:
-            w = FastSegmentWalk(segment=seg, start_pos=pos, check_crc=False, end_offset=end, columns=columns, **kw)
-        except StoreError:
-            w = None
-        if w is None or w.size != seg.size:
-            if w is not None:
-                w.close()
-            yield HandOver(seg.start + pos)
-            return
-        with w:
-            for b in w:
-                got = keys.batch(b)
-                if got is not None:
-                    yield got
-            stop = w.stop
-        columns = w.cols
-        if stop.kind == "invalid":
-            yield HandOver(seg.start + stop.pos)
-            return
-        if stop.kind == "limit":
-            return
+    for item in filewalk.walk_files(cl, start=start, end=end, batch_records=batch_records):
+        if isinstance(item, HandOver):
+            yield item
+        elif isinstance(item, RecordBatch):
+            got = keys.batch(item)
+            if got is not None:
+                yield got
 
 
 class _Keys:

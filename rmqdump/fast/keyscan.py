@@ -15,10 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rmqdump.errors import StoreError
-from rmqdump.fast.cqrebuild import HandOver
-from rmqdump.fast.engine import _numpy, use_fast
-from rmqdump.fast.segment_walk import FastSegmentWalk
+from rmqdump.fast import filewalk
+from rmqdump.fast.engine import _numpy
+from rmqdump.fast.filewalk import FileEnd, HandOver
 
 if TYPE_CHECKING:
     from rmqdump.codec.record import Message
@@ -39,61 +38,35 @@ class KeyBatch:
 
 def applies(cl: CommitLog, start: int, end: int | None, use_mmap: bool) -> bool:
     """Whether a key scan of [start, end) takes the compiled path."""
-    segs = [s for s in cl.segments if s.start + s.size > start and (end is None or s.start < end)]
-    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+    return filewalk.applies(cl, start, end, use_mmap)
 
 
 def key_scan(cl: CommitLog, *, start: int, end: int | None, needle: bytes, max_record_size: int,
              count: bool = False, already: int | None = None,
              batch_records: int | None = None) -> Iterator[KeyBatch | HandOver]:
-    """The records of [``start``, ``end``) whose properties hold ``needle``, batch by batch (a batch after the
-    last of each file gives the walk's end there); a :class:`HandOver` last when the kernel could not walk it
-    all. ``count``: also count the indexable records whose offset is past ``already`` (None: all)."""
+    """The records of [``start``, ``end``) whose properties hold ``needle``, batch by batch (a batch after a file
+    that ends with a BLANK gives the walk's end there); a :class:`HandOver` last when the kernel could not walk
+    it all. ``count``: also count the indexable records whose offset is past ``already`` (None: all)."""
     np = _numpy()
     keys = None
     if count:
         from rmqdump.fast.indexkeys import _Keys
 
         keys = _Keys()
-    columns = None
-    kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in cl.segments:
-        if seg.start + seg.size <= start:
-            continue
-        if end is not None and seg.start >= end:
-            return
-        pos = max(0, start - seg.start)
-        try:
-            w = FastSegmentWalk(segment=seg, start_pos=pos, check_crc=False, end_offset=end,
-                                max_record_size=max_record_size, columns=columns, **kw)
-        except StoreError:
-            w = None
-        if w is None or w.size != seg.size:
-            if w is not None:
-                w.close()
-            yield HandOver(seg.start + pos)
-            return
-        with w:
-            for b in w:
-                if not b.n:
-                    continue
-                out = KeyBatch()
-                last = b.n - 1
-                out.end_offset = int(b.offsets[last]) + int(b["size"][last])
-                for i in b.holding(np.arange(b.n), needle):
-                    out.records.append(b.message(i, read_body=False))
-                if keys is not None:
-                    out.indexable = _indexable(np, keys, b, already)
-                yield out
-            stop = w.stop
-        columns = w.cols
-        if stop.kind == "invalid":
-            yield HandOver(seg.start + stop.pos)
-            return
-        if stop.kind == "blank":
-            yield KeyBatch(end_offset=seg.start + seg.size)
-        if stop.kind == "limit":
-            return
+    for item in filewalk.walk_files(cl, start=start, end=end, max_record_size=max_record_size,
+                                    batch_records=batch_records):
+        if isinstance(item, HandOver):
+            yield item
+        elif isinstance(item, FileEnd):
+            if item.stop.kind == "blank":
+                yield KeyBatch(end_offset=item.segment.start + item.segment.size)
+        else:
+            last = item.n - 1
+            out = KeyBatch(end_offset=int(item.offsets[last]) + int(item["size"][last]))
+            out.records = [item.message(i, read_body=False) for i in item.holding(np.arange(item.n), needle)]
+            if keys is not None:
+                out.indexable = _indexable(np, keys, item, already)
+            yield out
 
 
 def _indexable(np, keys, b, already: int | None) -> int:

@@ -6,7 +6,7 @@ walked by the compiled kernel (CRC as asked) and only the records the tracker sa
 (:meth:`~rmqdump.broker.systopics.PendingTracker.matters`: system topics, transaction records, topics a delivered
 copy may be in; that last set grows as candidates are met, so the rest of a batch is judged again when it does);
 the others are only counted. A file the kernel cannot walk to its end hands the rest of the walk back to the
-pure loop (:class:`~rmqdump.fast.cqrebuild.HandOver`).
+pure loop (:class:`~rmqdump.fast.filewalk.HandOver`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rmqdump.codec.layout import TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
-from rmqdump.errors import StoreError
-from rmqdump.fast.cqrebuild import HandOver
-from rmqdump.fast.engine import _numpy, use_fast
+from rmqdump.fast import filewalk
+from rmqdump.fast.batch import RecordBatch
+from rmqdump.fast.engine import _numpy
+from rmqdump.fast.filewalk import HandOver
 from rmqdump.fast.intern import TopicIntern
-from rmqdump.fast.segment_walk import FastSegmentWalk
 from rmqdump.fast.topics import TopicNames
 
 if TYPE_CHECKING:
     from rmqdump.broker.systopics import PendingTracker
-    from rmqdump.fast.batch import RecordBatch
     from rmqdump.store.commitlog import CommitLog
 
 __all__ = ["HandOver", "applies", "feed_pending"]
@@ -32,8 +31,7 @@ __all__ = ["HandOver", "applies", "feed_pending"]
 
 def applies(cl: CommitLog, use_mmap: bool) -> bool:
     """Whether the pending walk takes the compiled path."""
-    segs = list(cl.segments)
-    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+    return filewalk.applies(cl, use_mmap=use_mmap)
 
 
 def feed_pending(cl: CommitLog, tracker: PendingTracker, *, check_crc: bool, max_record_size: int,
@@ -42,28 +40,14 @@ def feed_pending(cl: CommitLog, tracker: PendingTracker, *, check_crc: bool, max
     it all, else where the pure walk must take over."""
     np = _numpy()
     names = TopicNames(TopicIntern())
-    columns = None
-    kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in cl.segments:
-        try:
-            w = FastSegmentWalk(segment=seg, check_crc=check_crc, max_record_size=max_record_size, columns=columns,
-                                intern=names.intern, **kw)
-        except StoreError:
-            w = None
-        if w is None or w.size != seg.size:
-            if w is not None:
-                w.close()
-            return HandOver(seg.start)
-        with w:
-            for b in w:
-                if b.n:
-                    _batch(np, b, tracker, names)
-                    if progress is not None:
-                        progress(int(b.offsets[b.n - 1]) + int(b["size"][b.n - 1]) - cl.min_offset)
-            stop = w.stop
-        columns = w.cols
-        if stop.kind == "invalid":
-            return HandOver(seg.start + stop.pos)
+    for item in filewalk.walk_files(cl, check_crc=check_crc, max_record_size=max_record_size, intern=names.intern,
+                                    batch_records=batch_records):
+        if isinstance(item, HandOver):
+            return item
+        if isinstance(item, RecordBatch):
+            _batch(np, item, tracker, names)
+            if progress is not None:
+                progress(int(item.offsets[item.n - 1]) + int(item["size"][item.n - 1]) - cl.min_offset)
     return None
 
 

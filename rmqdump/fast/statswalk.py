@@ -11,7 +11,7 @@ destination is in their properties), properties that are not valid UTF-8 or name
 ``DELAY``/``TIMER_*``: the clock-skew rule). The hour is keyed as ``store time // 3,600,000`` (floor): the hour
 label of a time (UTC, ``invalid`` outside the calendar, whose limits fall on whole hours) is the same for every
 time of one key. A file the kernel cannot walk to its end hands the rest back to the pure walk
-(:class:`~rmqdump.fast.cqrebuild.HandOver`).
+(:class:`~rmqdump.fast.filewalk.HandOver`).
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from rmqdump.codec.layout import (
     TRANSACTION_TYPE_MASK,
 )
 from rmqdump.codec.record import Message
-from rmqdump.errors import StoreError
-from rmqdump.fast.cqrebuild import HandOver
-from rmqdump.fast.engine import _numpy, use_fast
+from rmqdump.fast import filewalk
+from rmqdump.fast.batch import RecordBatch
+from rmqdump.fast.engine import _numpy
+from rmqdump.fast.filewalk import FileEnd, HandOver
 from rmqdump.fast.indexabi import (
     P_BLOCK,
     P_BUF,
@@ -54,16 +55,14 @@ from rmqdump.fast.indexabi import (
     SCRATCH_PAIRS,
 )
 from rmqdump.fast.intern import TopicIntern
-from rmqdump.fast.segment_walk import FastSegmentWalk
 from rmqdump.fast.topics import TopicNames, byte_groups
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from rmqdump.fast.batch import RecordBatch
     from rmqdump.store.commitlog import CommitLog
 
-__all__ = ["Group", "HandOver", "SegmentEnd", "StatsBatch", "applies", "stats_batches"]
+__all__ = ["FileEnd", "Group", "HandOver", "StatsBatch", "applies", "stats_batches"]
 
 _SYSTEM = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
 _DETOURS = (b"DELAY\x01", b"TIMER_OUT_MS\x01", b"TIMER_ENQUEUE_MS\x01")  # resolve()'s "via" properties
@@ -94,49 +93,20 @@ class StatsBatch:
     end_offset: int = 0
 
 
-@dataclass
-class SegmentEnd:
-    """A file's walk ended at a valid end-of-file BLANK (``file``) after ``end_offset``."""
-
-    file: str
-    end_offset: int
-
-
 def applies(cl: CommitLog, use_mmap: bool) -> bool:
     """Whether the statistics walk takes the compiled path."""
-    segs = list(cl.segments)
-    return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+    return filewalk.applies(cl, use_mmap=use_mmap)
 
 
 def stats_batches(cl: CommitLog, *, check_crc: bool, max_record_size: int,
-                  batch_records: int | None = None) -> Iterator[StatsBatch | SegmentEnd | HandOver]:
-    """The commitlog's records as :class:`StatsBatch` es (a :class:`SegmentEnd` after a file that ends with a
-    BLANK); a :class:`HandOver` last when the kernel could not walk it all."""
+                  batch_records: int | None = None) -> Iterator[StatsBatch | FileEnd | HandOver]:
+    """The commitlog's records as :class:`StatsBatch` es, a :class:`~rmqdump.fast.filewalk.FileEnd` after each file
+    (a ``blank`` stop: the file ends with a BLANK); a :class:`HandOver` last when the kernel could not walk it
+    all."""
     grouper = _Grouper()
-    columns = None
-    kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in cl.segments:
-        try:
-            w = FastSegmentWalk(segment=seg, check_crc=check_crc, max_record_size=max_record_size,
-                                columns=columns, intern=grouper.names.intern, **kw)
-        except StoreError:
-            w = None
-        if w is None or w.size != seg.size:
-            if w is not None:
-                w.close()
-            yield HandOver(seg.start)
-            return
-        with w:
-            for b in w:
-                if b.n:
-                    yield grouper.batch(b)
-            stop = w.stop
-        columns = w.cols
-        if stop.kind == "invalid":
-            yield HandOver(seg.start + stop.pos)
-            return
-        if stop.kind == "blank":
-            yield SegmentEnd(seg.name, seg.start + seg.size)
+    for item in filewalk.walk_files(cl, check_crc=check_crc, max_record_size=max_record_size,
+                                    intern=grouper.names.intern, batch_records=batch_records):
+        yield grouper.batch(item) if isinstance(item, RecordBatch) else item
 
 
 class _Grouper:
