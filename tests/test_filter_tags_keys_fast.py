@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from twins import STORES, store_id
 
-from conftest import FIXTURES
 from rmqdump.cli import cli
 from rmqdump.codec.record import Message
 from rmqdump.fast import render as fastrender
@@ -24,8 +24,6 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
 
 
 def _records(store: Path) -> list[Message]:
@@ -78,7 +76,7 @@ def _same(store: Path, filters: list[list[str]], monkeypatch, tmp_path: Path) ->
     return hits
 
 
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.parent.name != "fixtures" else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_tag_and_key_filters_alike(store, monkeypatch, tmp_path):
     filters = _filters(_records(store))
     hits = _same(store, filters, monkeypatch, tmp_path)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twins import STORES, spy, store_id
 
-from conftest import FIXTURES
 from rmqdump.analysis import info
 from rmqdump.codec.layout import MESSAGE_MAGIC_CODE_V2
 from rmqdump.fast import dataend
@@ -19,24 +19,14 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
-_DATA_END = dataend.data_end
 
 
 def _end(store: Path, monkeypatch, flag: str, batch_records: int | None) -> tuple:
     monkeypatch.setenv("RMQDUMP_FAST", flag)
-    calls = []
-
-    def spy(*a, **k):
-        got = _DATA_END(*a, **k, batch_records=batch_records)
-        calls.append(got is not None)
-        return got
-
-    monkeypatch.setattr(dataend, "data_end", spy)
+    calls = spy(monkeypatch, dataend, "data_end", batch_records)
     seen: dict = {}
     end = info.data_end(Store.open(store).commitlog, seen=seen)
-    return end, list(seen.items()), any(calls)
+    return end, list(seen.items()), any(c is not None for c in calls)
 
 
 def _same(store: Path, monkeypatch, batch_records: int | None = None) -> tuple:
@@ -48,7 +38,7 @@ def _same(store: Path, monkeypatch, batch_records: int | None = None) -> tuple:
 
 
 @pytest.mark.parametrize("batch_records", [None, 1, 3])
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.parent.name != "fixtures" else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_bundled_stores_end_alike(store, batch_records, monkeypatch):
     _same(store, monkeypatch, batch_records)
 

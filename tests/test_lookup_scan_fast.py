@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 from oracle_fixtures import writable_copy
+from twins import STORES, spy, store_id
 
-from conftest import FIXTURES
 from rmqdump.analysis.lookup import lookup_key
 from rmqdump.codec.record import Message
 from rmqdump.fast import keyscan
@@ -30,9 +30,6 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
-_KEY_SCAN = keyscan.key_scan
 
 
 def _records(store: Path) -> list[Message]:
@@ -47,13 +44,7 @@ def _doc(res) -> dict:
 
 def _lookups(store: Path, queries: list[tuple], monkeypatch, flag: str, batch_records: int | None) -> tuple[list, int]:
     monkeypatch.setenv("RMQDUMP_FAST", flag)
-    calls = []
-
-    def spy(*a, **k):
-        calls.append(1)
-        yield from _KEY_SCAN(*a, **k, batch_records=batch_records)
-
-    monkeypatch.setattr(keyscan, "key_scan", spy)
+    calls = spy(monkeypatch, keyscan, "key_scan", batch_records)
     out = []
     for topic, key, lo, hi, force in queries:
         out.append(_doc(lookup_key(store, topic, key, lo, hi, force_scan=force)))
@@ -84,7 +75,7 @@ def _queries(recs: list[Message], force: bool) -> list[tuple]:
 
 
 @pytest.mark.parametrize("batch_records", [None, 2])
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.parent.name != "fixtures" else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_scans_find_alike(store, batch_records, monkeypatch):
     recs = _records(store)
     docs = _same(store, _queries(recs, True), monkeypatch, batch_records)

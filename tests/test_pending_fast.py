@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twins import STORES, spy, store_id
 
-from conftest import FIXTURES
 from rmqdump.analysis.pending import walk_pending
 from rmqdump.codec.layout import (
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -32,20 +32,11 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
-_FEED = pendingwalk.feed_pending
 
 
 def _pending(store: Path, monkeypatch, flag: str, batch_records: int | None) -> tuple[dict, int]:
     monkeypatch.setenv("RMQDUMP_FAST", flag)
-    calls = []
-
-    def spy(*a, **k):
-        calls.append(1)
-        return _FEED(*a, **k, batch_records=batch_records)
-
-    monkeypatch.setattr(pendingwalk, "feed_pending", spy)
+    calls = spy(monkeypatch, pendingwalk, "feed_pending", batch_records)
     cl = Store.open(store).commitlog
     w = walk_pending(cl, {1: 2, 3: 1}, max_record_size=4 << 20)
     doc = {"candidates": [c.to_dict() for c in w.candidates], "records": w.records,
@@ -63,7 +54,7 @@ def _same(store: Path, monkeypatch, batch_records: int | None = None) -> dict:
 
 
 @pytest.mark.parametrize("batch_records", [None, 1, 3])
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.parent.name != "fixtures" else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_bundled_stores_pend_alike(store, batch_records, monkeypatch):
     doc = _same(store, monkeypatch, batch_records)
     assert doc["records"] > 0

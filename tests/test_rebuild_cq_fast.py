@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twins import STORES, spy, store_id
 
-from conftest import FIXTURES
 from rmqdump.codec.layout import (
     SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
@@ -31,24 +31,11 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
-_DISPATCH_UNITS = cqrebuild.dispatch_units
-
-
 def _rebuild(store: Path, out: Path, monkeypatch, flag: str, batch_records: int | None = None,
              batch_topics: frozenset[str] = frozenset()) -> tuple[dict[str, bytes], list[str], int]:
     """The files, the warnings, how many batches the compiled walk gave and where it handed over."""
     monkeypatch.setenv("RMQDUMP_FAST", flag)
-    seen = []
-    real = _DISPATCH_UNITS
-
-    def spy(*a, **kw):
-        for item in real(*a, **kw, batch_records=batch_records):
-            seen.append(item)
-            yield item
-
-    monkeypatch.setattr(cqrebuild, "dispatch_units", spy)
+    seen = spy(monkeypatch, cqrebuild, "dispatch_units", batch_records)
     warnings: list[str] = []
     out.mkdir(parents=True)
     cl = Store.open(store).commitlog
@@ -73,8 +60,7 @@ def _same(store: Path, tmp_path: Path, monkeypatch, handed: list[int] | None = N
 
 
 @pytest.mark.parametrize("batch_records", [None, 1, 3])
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.name == "store" and p.parent.name != "fixtures"
-                         else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_bundled_stores_rebuild_alike(store, batch_records, tmp_path, monkeypatch):
     files, _ = _same(store, tmp_path, monkeypatch, batch_records=batch_records)
     if any((store / "consumequeue").glob("*/*/*")):

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twins import STORES, spy, store_id
 
-from conftest import FIXTURES
 from rmqdump.codec.layout import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from rmqdump.codec.record import Message
 from rmqdump.fast import indexkeys
@@ -26,22 +26,12 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
-_INDEX_KEYS = indexkeys.index_keys
 
 
 def _build(store: Path, out: Path, monkeypatch, flag: str, batch_records: int | None, **kw):
     """The files built and what the compiled walk gave: (batches, hand-over offsets)."""
     monkeypatch.setenv("RMQDUMP_FAST", flag)
-    seen = []
-
-    def spy(*a, **k):
-        for item in _INDEX_KEYS(*a, **k, batch_records=batch_records):
-            seen.append(item)
-            yield item
-
-    monkeypatch.setattr(indexkeys, "index_keys", spy)
+    seen = spy(monkeypatch, indexkeys, "index_keys", batch_records)
     out.mkdir(parents=True)
     cl = Store.open(store).commitlog
     made = build_index_files(cl, out, 7, 50, first_name="20261126000000000", name_clock=lambda: 1_800_000_000_000,
@@ -68,7 +58,7 @@ def _records(store: Path) -> list[Message]:
 
 
 @pytest.mark.parametrize("batch_records", [None, 1, 3])
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.parent.name != "fixtures" else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_bundled_stores_index_alike(store, batch_records, tmp_path, monkeypatch):
     recs = _records(store)
     end = recs[-1].offset + recs[-1].size

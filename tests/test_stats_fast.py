@@ -14,8 +14,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from twins import STORES, spy, store_id
 
-from conftest import FIXTURES
 from rmqdump.analysis.stats import compute_stats
 from rmqdump.codec.javahash import java_string_hash
 from rmqdump.codec.layout import (
@@ -31,21 +31,11 @@ from rmqdump.write.writer import StoreWriter
 
 pytestmark = pytest.mark.skipif(not fast_available(), reason="numba/numpy not installed")
 
-STORES = [FIXTURES / "store", FIXTURES / "store-5x",
-          *sorted(p for p in FIXTURES.glob("oracle/*/store") if not p.parent.name.endswith("dledger"))]
-_BATCHES = statswalk.stats_batches
 
 
 def _stats(store: Path, monkeypatch, flag: str, batch_records: int | None) -> tuple[dict, int]:
     monkeypatch.setenv("RMQDUMP_FAST", flag)
-    seen = []
-
-    def spy(*a, **k):
-        for item in _BATCHES(*a, **k, batch_records=batch_records):
-            seen.append(item)
-            yield item
-
-    monkeypatch.setattr(statswalk, "stats_batches", spy)
+    seen = spy(monkeypatch, statswalk, "stats_batches", batch_records)
     return compute_stats(store), sum(isinstance(i, statswalk.StatsBatch) for i in seen)
 
 
@@ -59,7 +49,7 @@ def _same(store: Path, monkeypatch, batch_records: int | None = None) -> dict:
 
 
 @pytest.mark.parametrize("batch_records", [None, 1, 3])
-@pytest.mark.parametrize("store", STORES, ids=lambda p: p.parent.name if p.parent.name != "fixtures" else p.name)
+@pytest.mark.parametrize("store", STORES, ids=store_id)
 def test_bundled_stores_count_alike(store, batch_records, monkeypatch):
     doc = _same(store, monkeypatch, batch_records)
     assert doc["totals"]["records"] > 0
