@@ -5,12 +5,14 @@ a file, from which the pure walk (its own words, resynchronisation included) mus
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.errors import StoreError
+from rmqdump.fast import readahead
 from rmqdump.fast.batch import RecordBatch
 from rmqdump.fast.engine import use_fast
 from rmqdump.fast.segment_walk import FastSegmentWalk, SegmentStop
@@ -54,20 +56,22 @@ def walk_files(cl: CommitLog, *, start: int | None = None, end: int | None = Non
                batch_records: int | None = None) -> Iterator[RecordBatch | FileEnd | HandOver]:
     """Batches of the records of [``start``, ``end``) as ``cl.walk(start=, end=, check_crc=, max_record_size=)``
     meets them, file by file (one set of columns reused); a :class:`HandOver` last when the kernel stops at an
-    invalid record (unwritten space included) or cannot map a file. ``intern``: the derived columns' topic table.
-    ``batch_records``: records per batch (tests use small batches)."""
+    invalid record (unwritten space included) or cannot map a file. On two CPUs or more each file is walked a batch
+    ahead on a second thread (:class:`~rmqdump.fast.readahead.ReadAhead`): a batch stays as it is until the
+    caller asks for the next one, as a serial loop's reused columns do. ``intern``: the derived columns'
+    topic table. ``batch_records``: records per batch (tests use small batches)."""
     lo = cl.min_offset if start is None else start
+    segs = [s for s in cl.segments if s.start + s.size > lo and (end is None or s.start < end)]
+    ahead = readahead.wanted(segs, True)  # the walk a batch ahead on a second thread, the caller's work here
     columns = None
+    spares: list = []  # the read-ahead's other column sets, from file to file
     kw = {} if batch_records is None else {"batch_records": batch_records}
-    for seg in cl.segments:
-        if seg.start + seg.size <= lo:
-            continue
-        if end is not None and seg.start >= end:
-            return
+    for seg in segs:
         pos = max(0, lo - seg.start)
         try:
             w = FastSegmentWalk(segment=seg, start_pos=pos, check_crc=check_crc, end_offset=end,
-                                max_record_size=max_record_size, columns=columns, intern=intern, **kw)
+                                max_record_size=max_record_size, columns=columns, intern=intern,
+                                release_pages=not ahead, **kw)
         except StoreError:
             w = None
         if w is None or w.size != seg.size:
@@ -75,12 +79,12 @@ def walk_files(cl: CommitLog, *, start: int | None = None, end: int | None = Non
                 w.close()
             yield HandOver(seg.start + pos)
             return
-        with w:
-            for b in w:
+        with w, readahead.switch_interval() if ahead else contextlib.nullcontext():
+            for b in readahead.ReadAhead(w, spares=spares) if ahead else w:
                 if b.n:
                     yield b
             stop = w.stop
-        columns = w.cols
+        columns = w.cols  # the set the walk filled last: the next file's own (the ring's others are spares)
         yield FileEnd(seg, stop, w.records, w.end_pos)
         if stop.kind == "invalid":
             yield HandOver(seg.start + stop.pos)
