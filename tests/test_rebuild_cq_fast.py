@@ -158,3 +158,26 @@ def test_put_units_writes_what_the_one_unit_rule_writes(tmp_path):
         assert sorted(p.name for p in one.iterdir()) == sorted(p.name for p in bulk.iterdir()), name
         for p in one.iterdir():
             assert (bulk / p.name).read_bytes() == p.read_bytes(), (name, p.name)
+
+
+def test_a_delivery_time_past_a_long_is_the_pure_error(tmp_path, monkeypatch):
+    """A delay-topic record stored at the end of time: its tagsCode (store time + the level's delay) does not fit
+    a long; both rebuilds fail with the encoder's one error (the compiled one once raised OverflowError)."""
+    from rmqdump.errors import FormatError
+
+    root = tmp_path / "s"
+    stand_in = SCHEDULE_TOPIC.replace("XXXX", "YYYY")  # the writer refuses the real one (it dispatches the unit)
+    late = MessageSpec(stand_in, b"d", queue_id=2, properties={"DELAY": "3", "REAL_TOPIC": "T"},
+                       store_timestamp=(1 << 63) - 1, uniq_key="AA000000000000000000000000000001")
+    with StoreWriter(root, commitlog_file_size=8192, build_index=False, clock=lambda: 1_700_000_000_000) as w:
+        for n in range(40):
+            w.append(MessageSpec("T", b"x" * 100, tags="t") if n != 30 else late)
+        w.sync()
+    for seg in (root / "commitlog").iterdir():
+        seg.write_bytes(seg.read_bytes().replace(stand_in.encode(), SCHEDULE_TOPIC.encode()))
+    errors = []
+    for flag in ("0", "1"):
+        with pytest.raises(FormatError) as e:
+            _rebuild(root, tmp_path / flag, monkeypatch, flag)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "cannot encode CQ entry" in errors[0]

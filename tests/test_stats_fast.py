@@ -79,8 +79,10 @@ def _awkward_store(root: Path) -> Path:
         MessageSpec("T", b"k", transaction=TRANSACTION_COMMIT_TYPE),
         MessageSpec("T", b"l", transaction=TRANSACTION_ROLLBACK_TYPE),
         MessageSpec("U", b"m" * 5000, queue_id=3, compression="zlib"),
+        MessageSpec("T", b"n", born_timestamp=-(1 << 62)),  # its skew passes 2**63 (an int64 would wrap)
     ]
-    times = [base + n * 977_000 for n in range(4 * len(specs))] + [-5, 253_402_300_800_000 + 5, 1 << 62]
+    times = [base + n * 977_000 for n in range(4 * len(specs) - 1)] + [(1 << 63) - 1, -5, 253_402_300_800_000 + 5,
+                                                                       1 << 62]
     with StoreWriter(root, commitlog_file_size=8192, build_index=False, clock=lambda: base) as w:
         for n, s in enumerate([*specs * 4, *specs[:3]]):  # the last three stored before 1970, after 9999, beyond
             w.append(dataclasses.replace(s, store_timestamp=times[n], uniq_key=f"{n:032X}"))

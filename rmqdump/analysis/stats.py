@@ -182,7 +182,7 @@ class _Stats:
             if d.size:
                 lo, hi = int(d.min()), int(d.max())
                 skew["records"] += int(d.size)
-                skew["sum"] += int(d.sum())
+                skew["sum"] += sum(d.tolist())  # Python ints: a batch's sum may pass 2**63
                 skew["min_ms"] = lo if skew["min_ms"] is None else min(skew["min_ms"], lo)
                 skew["max_ms"] = hi if skew["max_ms"] is None else max(skew["max_ms"], hi)
                 for i, c in enumerate(np.bincount(np.searchsorted(np.asarray(SKEW_EDGES), d, side="right"),

@@ -27,6 +27,7 @@ from rmqdump.fast.filewalk import HandOver
 from rmqdump.fast.intern import TopicIntern
 from rmqdump.fast.redispatch import _dispatched
 from rmqdump.fast.topics import TopicNames
+from rmqdump.store.consumequeue.entries import encode_cq_entry
 
 if TYPE_CHECKING:
     import numpy as np
@@ -116,11 +117,14 @@ class _Feed:
             i = int(rows[at])
             rec = b.message(i, read_body=False)
             try:
-                tags[at] = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, self.delay_levels_ms)
+                code = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, self.delay_levels_ms)
             except ValueError:
                 delays.append((i << _ROW, rec.offset))
                 keep[at] = False
                 continue
+            if not -(1 << 63) <= code < 1 << 63:  # a delivery time past a long: the unit cannot be encoded
+                encode_cq_entry(rec.offset, rec.size, code)  # FormatError, the pure rebuild's
+            tags[at] = code
             if _MULTI in rec.properties_raw:
                 for j, (name, qid, qoff) in enumerate(multi_dispatch_targets(rec.properties, rec.queue_id)):
                     extra.append((name, qid, rec.offset, rec.size, int(tags[at]), qoff, (i << _ROW) + 1 + j))

@@ -68,7 +68,7 @@ def index_keys(cl: CommitLog, *, start: int, end: int,
                batch_records: int | None = None) -> Iterator[BatchKeys | HandOver]:
     """The index entries of the records in [``start``, ``end``), batch by batch; a :class:`HandOver` last when the
     kernel could not walk it all. ``batch_records``: records per batch (tests use small batches)."""
-    keys = _Keys()
+    keys = KeyHasher()
     for item in filewalk.walk_files(cl, start=start, end=end, batch_records=batch_records):
         if isinstance(item, HandOver):
             yield item
@@ -78,8 +78,8 @@ def index_keys(cl: CommitLog, *, start: int, end: int,
                 yield got
 
 
-class _Keys:
-    """The kernel's buffers, reused from batch to batch."""
+class KeyHasher:
+    """Index keyHashes of walk batches (kernel ``record_keys``; its buffers reused from batch to batch)."""
 
     def __init__(self):
         np = self.np = _numpy()

@@ -50,9 +50,9 @@ def key_scan(cl: CommitLog, *, start: int, end: int | None, needle: bytes, max_r
     np = _numpy()
     keys = None
     if count:
-        from rmqdump.fast.indexkeys import _Keys
+        from rmqdump.fast.indexkeys import KeyHasher
 
-        keys = _Keys()
+        keys = KeyHasher()
     for item in filewalk.walk_files(cl, start=start, end=end, max_record_size=max_record_size,
                                     batch_records=batch_records):
         if isinstance(item, HandOver):

@@ -67,6 +67,7 @@ __all__ = ["FileEnd", "Group", "HandOver", "StatsBatch", "applies", "stats_batch
 _SYSTEM = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
 _DETOURS = (b"DELAY\x01", b"TIMER_OUT_MS\x01", b"TIMER_ENQUEUE_MS\x01")  # resolve()'s "via" properties
 HOUR_MS = 3_600_000
+_HUGE = 1 << 62  # times at or past this far from 1970 are filed one by one (Python's ints do not overflow)
 
 
 @dataclass
@@ -146,6 +147,8 @@ class _Grouper:
         one_by_one = one_by_one | system[tids]
         one_by_one[b.holding(every, *_DETOURS)] = True
         ts = b["store_timestamp"][:n].astype(np.int64)
+        born = b["born_timestamp"][:n].astype(np.int64)
+        one_by_one |= (np.abs(ts) >= _HUGE) | (np.abs(born) >= _HUGE)  # their skew would overflow an int64
         hour = ts // HOUR_MS
         rows = np.flatnonzero(~one_by_one)
         out = StatsBatch(b.file, end_offset=int(b.offsets[n - 1]) + int(b["size"][n - 1]))
@@ -174,7 +177,7 @@ class _Grouper:
                                     int(body_sums[g])))
         out.body_lengths = blen
         normal = (flags & TRANSACTION_TYPE_MASK) == 0  # the skew counts producer writes (kind normal, no detour)
-        out.skews = ts[rows][normal] - b["born_timestamp"][rows][normal].astype(np.int64)
+        out.skews = ts[rows][normal] - born[rows][normal]
         out.store_times = ts[rows]
         return out
 

@@ -29,22 +29,21 @@ def _scan(cl: CommitLog, start: int, end: int | None, match: _KeyMatch, res: Loo
 
     The compiled walk (:mod:`rmqdump.fast.keyscan`) hands over only the records whose properties hold the key's
     bytes (the matcher's prefilter) and the indexable counts; a file it cannot walk is left to the pure walk."""
+    pure = dict(keep_going=keep_going, use_mmap=use_mmap, max_record_size=max_record_size, already=already,
+                count=count, progress=progress)
     if match.needle is None or not _kernels_worth_loading(cl, start, end):
-        return _scan_pure(cl, start, end, match, res, keep_going=keep_going, use_mmap=use_mmap,
-                          max_record_size=max_record_size, already=already, count=count, progress=progress)
+        return _scan_pure(cl, start, end, match, res, **pure)
     from rmqdump.fast import keyscan
 
     if not keyscan.applies(cl, start, end, use_mmap):
-        return _scan_pure(cl, start, end, match, res, keep_going=keep_going, use_mmap=use_mmap,
-                          max_record_size=max_record_size, already=already, count=count, progress=progress)
+        return _scan_pure(cl, start, end, match, res, **pure)
     found: list[int] = []
     unindexed = 0
     stop_at = start
     for item in keyscan.key_scan(cl, start=start, end=end, needle=match.needle, max_record_size=max_record_size,
                                  count=count, already=already):
         if isinstance(item, keyscan.HandOver):
-            more, n = _scan_pure(cl, item.offset, end, match, res, keep_going=keep_going, use_mmap=use_mmap,
-                                 max_record_size=max_record_size, already=already, count=count, progress=progress)
+            more, n = _scan_pure(cl, item.offset, end, match, res, **pure)
             _, z = res.scanned.pop()
             res.scanned.append((start, z))
             return found + more, unindexed + n
