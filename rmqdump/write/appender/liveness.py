@@ -18,6 +18,8 @@ from rmqdump.errors import StoreError
 
 #: content of the ``abort`` marker rmqdump creates (the broker only checks that the file exists)
 ABORT_TAG = b"rmqdump"
+#: the end of a repair's marker written over an interrupted append's (the append's evidence carried on)
+AFTER_APPEND = b" after append"
 
 
 @dataclass
@@ -34,8 +36,11 @@ class AbortInfo:
 
     @property
     def by_append(self) -> bool:
-        """Left by rmqdump's appender (what lies past its end was never acknowledged)."""
-        return self.content.startswith(ABORT_TAG + b" append")
+        """Left by rmqdump's appender (what lies past its end was never acknowledged), or by a repair of such a
+        store that was itself interrupted (it carries the append's marker on)."""
+        first = self.content.split(b"\n", 1)[0]
+        return first.startswith(ABORT_TAG + b" append") or (first.startswith(ABORT_TAG + b" repair ")
+                                                            and first.endswith(AFTER_APPEND))
 
     @property
     def pid(self) -> int | None:

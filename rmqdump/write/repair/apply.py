@@ -243,6 +243,7 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
     when there was nothing to do."""
     from rmqdump.broker.lock import StoreLock
     from rmqdump.write.appender import ABORT_TAG, read_abort
+    from rmqdump.write.appender.liveness import AFTER_APPEND
 
     t0 = time.perf_counter()
     root = Path(store_path)
@@ -278,7 +279,10 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
             # the store may be inconsistent from here on: the broker must run its abnormal recovery, and a
             # second repair must know an interrupted one may have stopped inside a file (the broker's own
             # abort content is in the manifest: undo puts it back)
-            _set_abort(root, ABORT_TAG + f" repair pid={os.getpid()}\n".encode())
+            # over an interrupted append's marker, say so: what lay past the append's end was never acknowledged,
+            # whether or not this repair finishes (the next plan may still truncate it without asking)
+            over = AFTER_APPEND if abort is not None and abort.by_append else b""
+            _set_abort(root, ABORT_TAG + f" repair pid={os.getpid()}".encode() + over + b"\n")
             synced: set[Path] = set()
             for group in APPLY_GROUPS:
                 for c, item in zip(plan.changes, items, strict=True):
