@@ -156,6 +156,15 @@ def delay_due_time(store_timestamp: int, level: int, delay_levels_ms: list[int] 
     return store_timestamp + delay_levels_ms[lvl - 1]
 
 
+_KIND_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
+
+
+def resolved_by_topic(topic: str) -> bool:
+    """Whether :func:`resolve` names the record's kind (and destination) from its topic: the delay, timer and
+    transaction system topics, retry and DLQ topics. Any other record's kind follows its transaction type."""
+    return topic in _KIND_TOPICS or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+
+
 def resolve(msg, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS) -> dict:
     """What a record is and where it is really going.
 
@@ -281,9 +290,6 @@ PENDING_FIELDS = ("kind", "state", "topic", "queue_id", "queue_offset", "offset"
                   "level", "due_time", "store_timestamp", "uniq_key", "keys", "tags", "delivered_offset", "detail")
 
 
-_TRACKED_TOPICS = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
-
-
 @dataclass
 class PendingTracker:
     """Feed every Message of a walk (offset order) to :meth:`add`, then call :meth:`finish`.
@@ -313,7 +319,7 @@ class PendingTracker:
         """Whether :meth:`add` can change anything for a record of ``topic`` and ``sys_flag``: a system topic, a
         transaction record, or a topic a delivered copy may be in. Any other record only counts (:meth:`skip`)."""
         return (sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_NOT_TYPE or topic in self.copy_topics
-                or topic in _TRACKED_TOPICS or topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)))
+                or resolved_by_topic(topic))
 
     def skip(self, n: int) -> None:
         """Account for ``n`` records :meth:`matters` says nothing about."""

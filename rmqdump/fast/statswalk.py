@@ -20,16 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rmqdump.broker.systopics import resolved_by_topic
 from rmqdump.codec.layout import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     COMPRESSION_TYPE_COMPARATOR,
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    RMQ_SYS_TRANS_HALF_TOPIC,
-    RMQ_SYS_TRANS_OP_HALF_TOPIC,
-    SCHEDULE_TOPIC,
-    TIMER_TOPIC,
     TRANSACTION_TYPE_MASK,
 )
 from rmqdump.codec.record import Message
@@ -64,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["FileEnd", "Group", "HandOver", "StatsBatch", "applies", "stats_batches"]
 
-_SYSTEM = frozenset({SCHEDULE_TOPIC, TIMER_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
 _DETOURS = (b"DELAY\x01", b"TIMER_OUT_MS\x01", b"TIMER_ENQUEUE_MS\x01")  # resolve()'s "via" properties
 HOUR_MS = 3_600_000
 _HUGE = 1 << 62  # times at or past this far from 1970 are filed one by one (Python's ints do not overflow)
@@ -141,8 +135,7 @@ class _Grouper:
         every = np.arange(n)
         tids, topics = self.names.of(b, every)
         sys_flag = b["sys_flag"][:n]
-        system = np.array([t in _SYSTEM or t.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
-                           for t in topics], bool)
+        system = np.array([resolved_by_topic(t) for t in topics], bool)
         tag_start, tag_len, one_by_one = self._tags(b)
         one_by_one = one_by_one | system[tids]
         one_by_one[b.holding(every, *_DETOURS)] = True
