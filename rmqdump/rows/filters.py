@@ -131,8 +131,7 @@ class RecordFilter:
         rows = np.flatnonzero(keep)
         for wanted in (self.tags, self.keys):
             if wanted and rows.size and all("\ufffd" not in w for w in wanted):
-                held = sorted({i for w in wanted for i in rb.holding(rows, w.encode("utf-8", "surrogatepass"))})
-                rows = np.array(held, dtype=np.int64)
+                rows = np.array(rb.holding(rows, *(w.encode("utf-8", "surrogatepass") for w in wanted)), np.int64)
         keep[:] = False
         for i in rows.tolist():
             m = rb.message(i, read_body=False)
