@@ -50,7 +50,6 @@ class QueueUnits:
     sizes: np.ndarray
     tags: np.ndarray
     queue_offsets: np.ndarray
-    malformed_delay: list[tuple[int, int]] = field(default_factory=list)  # (order key, commitlog offset)
     batch_topic_records: dict[str, int] = field(default_factory=dict)  # BatchCQ records, per topic
 
     def queue(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -110,29 +109,22 @@ class _Feed:
             held = np.zeros(b.n, bool)
             held[b.holding(multi, _MULTI)] = True
             look |= held[rows]
-        keep = np.ones(rows.size, bool)
         extra: list[tuple] = []  # LMQ units: topic, queue id, offset, size, tagsCode, queue offset, order key
-        delays: list[tuple[int, int]] = []
         for at in np.flatnonzero(look).tolist():
             i = int(rows[at])
             rec = b.message(i, read_body=False)
-            try:
-                code = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, self.delay_levels_ms)
-            except ValueError:
-                delays.append((i << _ROW, rec.offset))
-                keep[at] = False
-                continue
+            # no ValueError: the walk refuses a delay-topic record whose DELAY Integer.parseInt would reject (an
+            # invalid record, so the pure loop takes over there), and every such DELAY parses
+            code = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, self.delay_levels_ms)
             if not -(1 << 63) <= code < 1 << 63:  # a delivery time past a long: the unit cannot be encoded
                 encode_cq_entry(rec.offset, rec.size, code)  # FormatError, the pure rebuild's
             tags[at] = code
             if _MULTI in rec.properties_raw:
                 for j, (name, qid, qoff) in enumerate(multi_dispatch_targets(rec.properties, rec.queue_id)):
                     extra.append((name, qid, rec.offset, rec.size, int(tags[at]), qoff, (i << _ROW) + 1 + j))
-        if not keep.all():
-            rows, tids, tags = rows[keep], tids[keep], tags[keep]
-        return self._units(b, rows, tids, names, tags, extra, delays, skipped)
+        return self._units(b, rows, tids, names, tags, extra, skipped)
 
-    def _units(self, b: RecordBatch, rows, tids, names: list[str], tags, extra: list, delays: list,
+    def _units(self, b: RecordBatch, rows, tids, names: list[str], tags, extra: list,
                skipped: dict[str, int]) -> QueueUnits:
         np = self.np
         qids = b["queue_id"][rows]
@@ -156,7 +148,7 @@ class _Feed:
         order = order[perm]
         return QueueUnits(keys=[keys[int(qi[a])] for a in cuts[:-1]], first=[int(order[a]) for a in cuts[:-1]],
                           cuts=cuts, offsets=offs[perm], sizes=sizes[perm], tags=tags[perm], queue_offsets=qoffs[perm],
-                          malformed_delay=delays, batch_topic_records=skipped)
+                          batch_topic_records=skipped)
 
 
 def put_units(w: ConsumeQueueWriter, offs: np.ndarray, sizes: np.ndarray, tags: np.ndarray,

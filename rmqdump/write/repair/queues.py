@@ -377,21 +377,17 @@ class _Rebuilt:
             self.writers[key] = w
         return w
 
+    def batch_record(self, topic: str, n: int = 1) -> None:
+        """``n`` records of a BatchCQ topic, not rebuilt (said once, at the end)."""
+        self.skipped_batch[topic] = self.skipped_batch.get(topic, 0) + n
+
     def units(self, u: QueueUnits) -> None:
-        """A batch of the compiled walk: its warnings in record order, then each queue's units."""
+        """A batch of the compiled walk: its new queues' writers made in the order their records come (a topic
+        that cannot be a directory is said then), then each queue's units."""
         for t, n in u.batch_topic_records.items():
-            self.skipped_batch[t] = self.skipped_batch.get(t, 0) + n
-        said = [(order, f"record at {off}: malformed DELAY; not dispatched") for order, off in u.malformed_delay]
-        made: list[tuple[int, int]] = []
-        for k, (topic, qid) in enumerate(u.keys):
-            if (topic, qid) not in self.writers:
-                made.append((u.first[k], k))
-        events = sorted([(order, 0, text) for order, text in said] + [(order, 1, k) for order, k in made])
-        for _, what, v in events:
-            if what == 0:
-                self.warn(v)
-            else:
-                self.writer(*u.keys[v])
+            self.batch_record(t, n)
+        for _, k in sorted((u.first[k], k) for k, key in enumerate(u.keys) if key not in self.writers):
+            self.writer(*u.keys[k])
         for k, (topic, qid) in enumerate(u.keys):
             w = self.writers[(topic, qid)]
             if w is not None:
@@ -450,7 +446,7 @@ def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | 
             if rec.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                 continue
             if rec.topic in batch_topics or rec.sys_flag & INNER_BATCH_FLAG:
-                sink.skipped_batch[rec.topic] = sink.skipped_batch.get(rec.topic, 0) + 1
+                sink.batch_record(rec.topic)
                 continue
             try:
                 tags = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
