@@ -46,9 +46,14 @@ class FileEnd:
 def applies(cl: CommitLog, start: int | None = None, end: int | None = None, use_mmap: bool = True) -> bool:
     """Whether a walk of [``start``, ``end``) takes the compiled path (every file it walks mapped, none DLedger,
     enough bytes for the engine)."""
-    lo = cl.min_offset if start is None else start
-    segs = [s for s in cl.segments if s.start + s.size > lo and (end is None or s.start < end)]
+    segs = _files(cl, start, end)
     return use_mmap and bool(segs) and use_fast(sum(s.size for s in segs), segments=segs)
+
+
+def _files(cl: CommitLog, start: int | None, end: int | None) -> list[Segment]:
+    """The files holding [``start``, ``end``) (None: the commitlog's first offset; its end)."""
+    lo = cl.min_offset if start is None else start
+    return [s for s in cl.segments if s.start + s.size > lo and (end is None or s.start < end)]
 
 
 def walk_files(cl: CommitLog, *, start: int | None = None, end: int | None = None, check_crc: bool = False,
@@ -61,7 +66,7 @@ def walk_files(cl: CommitLog, *, start: int | None = None, end: int | None = Non
     caller asks for the next one, as a serial loop's reused columns do. ``intern``: the derived columns'
     topic table. ``batch_records``: records per batch (tests use small batches)."""
     lo = cl.min_offset if start is None else start
-    segs = [s for s in cl.segments if s.start + s.size > lo and (end is None or s.start < end)]
+    segs = _files(cl, start, end)
     ahead = readahead.wanted(segs, True)  # the walk a batch ahead on a second thread, the caller's work here
     columns = None
     spares: list = []  # the read-ahead's other column sets, from file to file
