@@ -12,6 +12,7 @@ complaint by RocketMQ (``run``: ``manifest.jsonl``); rmqdump must not call any o
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -168,3 +169,36 @@ def test_lmq_entry_at_the_wrong_queue_offset_is_still_reported(oracle_store):
     errs = [(f.kind, f.offset) for f in verify_store(store).findings if f.severity == "error"]
     assert errs == [("cq_entry_misplaced", 0), ("cq_entry_misplaced", 20)]
     assert lookup_queue(store, "%LMQ%room1", 0, 0).warnings  # points at a record not dispatched there
+
+
+# --- 6: an end-of-file BLANK with no next file ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["498-healthy-tx-v6", "533-plain"])
+def test_blank_at_the_end_needs_no_repair_and_takes_appends(name, oracle_store):
+    """A broker killed between writing an end-of-file BLANK and creating the next file leaves that BLANK after
+    the last record. RocketMQ's recovery ends at it and its next write covers it (RocketMQ's own judgement of
+    this store and of rmqdump's appends to it: tests/oracle/test_write.py). repair planned to zero the BLANK's
+    header (exit 1, "repair needed") and append refused to overwrite it."""
+    store = oracle_store(name)
+    end = inspect_store(store).end
+    seg = store / "commitlog" / SEG0
+    size = seg.stat().st_size
+    assert 8 <= size - end and end < size
+    patch(seg, end, struct.pack(">iI", size - end, 0xCBD43194))
+    assert inspect_store(store).overwrite == []
+    plan = plan_repair(store)
+    assert plan.changes == [] and plan.end == end
+    res = run("repair", store)
+    assert res.exit_code == 0 and "needs no repair" in res.output
+    # anything else after the end is stale all the same: a byte after the BLANK's header
+    patch(seg, end + 8, b"\x01")
+    assert inspect_store(store).overwrite != []
+    (change,) = plan_repair(store).changes
+    assert end < change.offset and change.offset + change.length == end + 9
+    patch(seg, end + 8, b"\x00")
+    res = run("append", store, "--topic", "TopicB", "--body", "after the blank", "-f", "jsonl", "-q")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["offset"] == end
+    res = run("verify", store, "-q")
+    assert res.exit_code == 0, res.output

@@ -4,6 +4,7 @@ store whose CRC32 records come before its V2 ones and the other way round, and o
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,25 @@ def test_a_gap_before_an_unwritten_file(tmp_path, monkeypatch):
     (root / "commitlog" / f"{int(files[-1].name) + 4096:020d}").write_bytes(bytes(4096))
     (end, why), _, _ = _same(root, monkeypatch, 3)
     assert end == int(files[-2].name) + 4096
+
+
+def test_a_blank_ending_the_last_file(tmp_path, monkeypatch):
+    """The last file ends with a BLANK and no file follows (a broker killed before creating the next one):
+    RocketMQ's recovery ends at the BLANK (tests/oracle/test_write.py), and so does ``info``'s end of data (it
+    said the end of the file)."""
+    root = tmp_path / "s"
+    with StoreWriter(root, commitlog_file_size=4096, build_index=False, clock=lambda: 1_700_000_000_000) as w:
+        for _ in range(50):
+            w.append(MessageSpec("T", b"x" * 100))
+        w.sync()
+    files = sorted((root / "commitlog").iterdir())
+    files[-1].unlink()
+    data = files[-2].read_bytes()
+    pos = 0
+    while struct.unpack_from(">I", data, pos + 4)[0] != 0xCBD43194:  # records up to the BLANK
+        pos += struct.unpack_from(">i", data, pos)[0]
+    blank = int(files[-2].name) + pos
+    for batch_records in (None, 1):
+        (end, why), _, _ = _same(root, monkeypatch, batch_records)
+        assert why == "end_of_data: BLANK in the last file"
+        assert end == blank

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rmqdump.broker.recovery.walk import STOP_LAST_BLANK
 from rmqdump.codec.layout import PROPERTY_CRC32
-from rmqdump.codec.record import END_OF_DATA, Invalid, Message
+from rmqdump.codec.record import END_OF_DATA, Blank, Invalid, Message
 from rmqdump.errors import FormatError, RmqdumpError, StoreError
 from rmqdump.store.checkpoint import ms_to_iso, read_checkpoint
 from rmqdump.store.commitlog import CommitLog
@@ -39,12 +40,16 @@ def data_end(cl: CommitLog, use_mmap: bool = True, seen: dict | None = None) -> 
                 seen.setdefault(name, off)
         return fast.end_offset, f"{fast.stop.kind}: {fast.stop.detail}"
     walk = cl.walk(start=start, check_crc=False, read_body=False, use_mmap=use_mmap)
+    last = None
     for rec in walk:
+        last = rec
         if seen is not None and isinstance(rec, Message):
             if rec.magic_name == "v2":
                 seen.setdefault("v2", rec.offset)
             if _CRC32_BYTES in rec.properties_raw:
                 seen.setdefault("crc32", rec.offset)
+    if isinstance(last, Blank) and walk.end_offset == cl.segments[-1].end:
+        return last.offset, f"{END_OF_DATA}: {STOP_LAST_BLANK}"
     return walk.end_offset, f"{walk.stop.kind}: {walk.stop.detail}" if walk.stop else ""
 
 

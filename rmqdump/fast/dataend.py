@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rmqdump.broker.recovery.walk import STOP_LAST_BLANK
 from rmqdump.codec.layout import MESSAGE_MAGIC_CODE_V2
 from rmqdump.codec.record import END_OF_DATA, Invalid
 from rmqdump.fast import filewalk
@@ -41,6 +42,9 @@ def data_end(cl: CommitLog, start: int, needle: bytes, use_mmap: bool = True,
             seg, stop = item.segment, item.stop
             if item.records or stop.kind == "blank":
                 end = seg.start + item.end_pos
+            if stop.kind == "blank" and seg is cl.segments[-1]:  # RocketMQ's recovery ends before it
+                return DataEnd(stop.offset, Invalid(stop.offset, seg.name, stop.pos, END_OF_DATA, STOP_LAST_BLANK),
+                               v2, held)
             if stop.kind == "invalid":
                 return DataEnd(end, stop.invalid, v2, held)
             continue

@@ -280,6 +280,24 @@ def dmg_props_tail(b: Built) -> list[Mutation] | None:
             {"op": "touch", "path": "abort"}]
 
 
+def dmg_blank_at_end(b: Built) -> list[Mutation] | None:
+    """An end-of-file BLANK written after the last record and no next file: a broker killed between writing
+    the BLANK (the next message did not fit) and creating the next segment. RocketMQ ends there."""
+    msgs = b.of("message")
+    if not msgs:
+        return None
+    m = max(msgs, key=lambda m: m["commitLogOffset"])
+    end = m["commitLogOffset"] + m["storeSize"]
+    size = _seg_size(b)
+    left = size - end % size
+    if left < 8 or end % size == 0:
+        return None
+    later = sorted(p.name for p in (b.store / "commitlog").iterdir() if int(p.name) > end)
+    return [{"op": "write", "path": _cl_path(b, end), "offset": end % size,
+             "hex": left.to_bytes(4, "big").hex() + "cbd43194"},
+            *({"op": "delete", "path": f"commitlog/{name}"} for name in later)]
+
+
 def dmg_abort(b: Built) -> list[Mutation] | None:
     return [{"op": "touch", "path": "abort"}]
 
@@ -328,6 +346,7 @@ DAMAGES: dict[str, Callable[[Built], list[Mutation] | None]] = {
     "totalsize-mid": dmg_totalsize_mid,
     "magic-mid": dmg_magic_mid,
     "props-tail": dmg_props_tail,
+    "blank-at-end": dmg_blank_at_end,
     "abort": dmg_abort,
     "zero-checkpoint": dmg_zero_checkpoint,
     "delete-cq-file": dmg_delete_cq_file,

@@ -20,8 +20,17 @@ from click.testing import CliRunner
 from rmqdump.cli import cli
 
 from .conftest import BASE_IDS, STORE_IDS
-from .harness import Built, batch_cq_topics, cq_entries, cq_max_offsets, expected_row, load, writable_copy
-from .scenarios import LONG127
+from .harness import (
+    Built,
+    batch_cq_topics,
+    build_variant,
+    cq_entries,
+    cq_max_offsets,
+    expected_row,
+    load,
+    writable_copy,
+)
+from .scenarios import DAMAGES, LONG127
 from .test_read import _predicted_cq_max, invoke, scan_rows, verify_doc
 
 pytestmark = [pytest.mark.oracle]
@@ -112,6 +121,30 @@ def test_append_bulk_copy_read_back_by_rocketmq(matrix, name, tmp_path):
                                    *version], input=src_rows, catch_exceptions=False)
     acks = _acks(res)
     assert len(acks) == len(src_rows.splitlines())
+    judge_written(store, b, acks)
+
+
+@pytest.mark.parametrize("name", [n for n in BASE_IDS if n.endswith("-plain-clean")])
+def test_trailing_blank_needs_no_repair_and_takes_appends(matrix, name, tmp_path):
+    """A broker killed between writing an end-of-file BLANK and creating the next file: RocketMQ keeps every
+    record and ends at the BLANK. rmqdump verifies it clean, plans no change (it planned to zero the BLANK's
+    header and exited 1: a false "repair needed") and appends records RocketMQ reads back."""
+    base = matrix.get(name)
+    b = build_variant(base, "blank-at-end", DAMAGES["blank-at-end"](base))
+    assert b.info["load_ok"]
+    assert b.info["commitlog_max_offset_after_recovery"] == base.info["commitlog_max_offset_after_recovery"]
+    assert {m["commitLogOffset"] for m in b.of("message")} == {m["commitLogOffset"] for m in base.of("message")}
+    doc, code = verify_doc(b.store)
+    assert code == 0 and [f for f in doc["findings"] if f["severity"] != "info"] == []
+    res = invoke("repair", b.store, "-f", "json", "-q")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["changes"] == []
+    res = invoke("info", b.store, "-f", "json")
+    assert json.loads(res.stdout)["commitlog"]["max_offset"] == b.info["commitlog_max_offset_after_recovery"]
+    store = writable_copy(b, tmp_path / "store")
+    acks = []
+    for args in SINGLES:
+        acks += _acks(invoke("append", store, *args, "-f", "jsonl", "-q", "--force"))
     judge_written(store, b, acks)
 
 

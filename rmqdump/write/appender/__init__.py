@@ -21,10 +21,10 @@ from rmqdump.write.appender.liveness import (  # noqa: F401
     read_abort,
 )
 from rmqdump.write.appender.locked import DEFAULT_STORE_HOST, LockedAppender, refusal_message  # noqa: F401
-from rmqdump.write.appender.state import QueueTail, StoreState, inspect_store, nonzero_span  # noqa: F401
+from rmqdump.write.appender.state import QueueTail, StoreState, inspect_store, nonzero_span, stale_after_end  # noqa: F401
 
 __all__ = [
     "AbortInfo", "BulkResult", "LockedAppender", "StoreGeometry", "StoreState", "bulk_append", "broker_evidence",
-    "decode_body", "inspect_store", "nonzero_span", "processes_using", "read_jsonl", "record_to_spec",
+    "decode_body", "inspect_store", "nonzero_span", "processes_using", "stale_after_end", "read_jsonl", "record_to_spec",
     "store_geometry",
 ]

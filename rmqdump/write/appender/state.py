@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqdump.codec.layout import (
+    BLANK_MAGIC_CODE,
+    TOTALSIZE_MAGIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
@@ -62,6 +64,28 @@ def nonzero_span(path: str | os.PathLike, start: int, end: int) -> tuple[int, in
     finally:
         os.close(fd)
     return None if first is None else (first, last)
+
+
+def stale_after_end(path: str | os.PathLike, end: int, size: int) -> tuple[int, int] | None:
+    """The non-zero bytes of ``path[end:size]`` that the commitlog's end leaves behind, or None.
+
+    An end-of-file BLANK's header at ``end`` and nothing after it is not stale: a broker killed between
+    writing that BLANK and creating the next file leaves it, its recovery ends there, and the next write at
+    ``end`` (a record or a new BLANK) covers the header whole, so RocketMQ reads the same with it or zeros.
+    """
+    span = nonzero_span(path, end, size)
+    if span is None or span[1] > end + TOTALSIZE_MAGIC.size:
+        return span
+    try:
+        fd = open_read(path, follow=False, nonblock=False)
+        try:
+            head = os.pread(fd, TOTALSIZE_MAGIC.size, end)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise StoreError(f"read failed: {e.strerror}", path, end) from None
+    blank = len(head) == TOTALSIZE_MAGIC.size and TOTALSIZE_MAGIC.unpack(head)[1] == BLANK_MAGIC_CODE
+    return None if blank else span
 
 
 @dataclass
@@ -134,7 +158,7 @@ def inspect_store(root: str | os.PathLike, *, use_mmap: bool = True) -> StoreSta
     # bytes after the end: stale or torn data that later records would sit next to
     seg = cl.segment_for(st.end)
     if seg is not None:
-        span = nonzero_span(seg.path, st.end - seg.start, seg.size)
+        span = stale_after_end(seg.path, st.end - seg.start, seg.size)
         if span is not None:
             st.overwrite.append(f"{span[1] - span[0]} bytes of old data after the end in {seg.name} "
                                 f"(from position {span[0]})")

@@ -64,7 +64,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     from rmqdump.store.consumequeue import check_not_rocksdb, infer_store_cq_file_size
     from rmqdump.store.indexfile import IndexFile, infer_geometry, list_index_files
     from rmqdump.store.root import Store
-    from rmqdump.write.appender import nonzero_span, read_abort, store_geometry
+    from rmqdump.write.appender import nonzero_span, read_abort, stale_after_end, store_geometry
 
     if salvage is not None and salvage not in SALVAGE_CHOICES:
         raise RmqdumpError(f"unknown salvage choice {salvage!r} (choose {', '.join(SALVAGE_CHOICES)})")
@@ -218,7 +218,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.step("commitlog", "regrow", file=seg.name, size=size, detail=why)
         seg = None
     if seg is not None:
-        span = nonzero_span(seg.path, end - seg.start, seg.size)
+        span = stale_after_end(seg.path, end - seg.start, seg.size)
         if span is not None:
             a, b = span
             rel = f"{STORE_COMMITLOG_DIR}/{seg.name}"
