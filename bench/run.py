@@ -121,7 +121,7 @@ class Bench(HeavyRows):
                   "fast_scan_1k": ["fast_scan_1k", "fast_scan_128"],
                   "fast_verify_1core": ["fast_verify_1core", "fast_verify_jobs"],
                   "verify_store": ["verify_store", "rocketmq_ref", "verify_vs_rocketmq", "rebuild_cq", "rebuild_index",
-                                   "cmd_stats", "cmd_pending", "cmd_info", "cmd_lookup_scan", "cmd_scan_key",
+                                   "cmd_stats", "cmd_pending", "cmd_info", "cmd_cq", "cmd_lookup_scan", "cmd_scan_key",
                                    "verify_store_big"],
                   "export_cli_parquet": ["export_cli_parquet", "parquet_vs_arrow", "export_cli_jsonl"],
                   "scan_jsonl": ["scan_jsonl", "jsonl_vs_orjson"], "help_wall": ["version_wall", "help_wall"],
@@ -390,6 +390,7 @@ class Bench(HeavyRows):
         for row, args, codes in (("cmd_stats", ["stats", "-f", "json", store], (0,)),
                                  ("cmd_pending", ["pending", "-f", "json", store], (0,)),
                                  ("cmd_info", ["info", "-f", "json", store], (0, 1)),
+                                 ("cmd_cq", ["cq", "-f", "json", store], (0,)),
                                  ("cmd_lookup_scan", ["lookup", store, "--key", key, "-f", "jsonl", "-q"], (0,)),
                                  ("cmd_scan_key", ["scan", "--key", key, "-f", "jsonl", "-q", store], (0,))):
             r = self.rows[row]

@@ -63,6 +63,7 @@ ROWS: list[tuple[str, str, str]] = [
     ("cmd_stats", "rmqdump stats STORE, the CQ store", "info"),
     ("cmd_pending", "rmqdump pending STORE, the CQ store", "info"),
     ("cmd_info", "rmqdump info STORE, the CQ store (walks its last 1 GiB file)", "info"),
+    ("cmd_cq", "rmqdump cq STORE (the queue summary: every CQ unit counted), the CQ store", "info"),
     ("cmd_lookup_scan", "rmqdump lookup --key K STORE, the CQ store (no index: a commitlog scan)", "info"),
     ("cmd_scan_key", "rmqdump scan --key K -f jsonl STORE, the CQ store", "info"),
     ("verify_cli", "rmqdump verify --commitlog-only, end to end (process start incl.)", ">= 0.5 x zlib"),

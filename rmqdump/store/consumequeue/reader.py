@@ -305,15 +305,20 @@ class ConsumeQueue(_QueueBase):
 
     def iter_raw(self, start: int = 0) -> Iterator[CqEntry]:
         """Every unit of every file (valid or not), from queue offset ``start``, in file order."""
+        for base, chunk in self.raw_chunks(start):
+            for i, unit in enumerate(CQ_UNIT.iter_unpack(chunk)):
+                yield CqEntry(base + i, *unit)
+
+    def raw_chunks(self, start: int = 0, chunk_units: int = CHUNK_UNITS) -> Iterator[tuple[int, bytes]]:
+        """The bytes behind :meth:`iter_raw`: (queue offset of the first unit, whole units), in bounded chunks."""
         for f in self.files:
             file_end = f.start + min(f.size, self.file_size)
             begin = max(start * CQ_STORE_UNIT_SIZE, f.start)
             if begin >= file_end:
                 continue
-            for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, begin - f.start, self.file_size):
-                base = (f.start + pos) // CQ_STORE_UNIT_SIZE
-                for i, unit in enumerate(CQ_UNIT.iter_unpack(chunk)):
-                    yield CqEntry(base + i, *unit)
+            for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, begin - f.start, self.file_size,
+                                               chunk_units):
+                yield (f.start + pos) // CQ_STORE_UNIT_SIZE, chunk
 
     def iter_entries(self, start: int | None = None, stop: int | None = None) -> Iterator[CqEntry]:
         """Entries in [start, stop) clipped to [first file start, max_offset): the broker's view.
@@ -321,6 +326,13 @@ class ConsumeQueue(_QueueBase):
         Invalid units inside that range (possible only before the recovery window) are
         yielded too; check ``entry.is_valid``.
         """
+        for base, chunk in self.entry_chunks(start, stop):
+            for i, unit in enumerate(CQ_UNIT.iter_unpack(chunk)):
+                yield CqEntry(base + i, *unit)
+
+    def entry_chunks(self, start: int | None = None, stop: int | None = None,
+                     chunk_units: int = CHUNK_UNITS) -> Iterator[tuple[int, bytes]]:
+        """The bytes behind :meth:`iter_entries`: (queue offset of the first unit, whole units), bounded chunks."""
         end = self.max_offset if stop is None else min(stop, self.max_offset)
         first = self.files[0].start // CQ_STORE_UNIT_SIZE if self.files else 0
         if self._rocks is not None:  # a RocksDB queue starts at its first unit, not at its first file's start
@@ -328,10 +340,10 @@ class ConsumeQueue(_QueueBase):
         begin = first if start is None else max(start, first)
         if begin >= end:
             return
-        for e in self.iter_raw(begin):
-            if e.queue_offset >= end:
+        for base, chunk in self.raw_chunks(begin, chunk_units):
+            if base >= end:
                 return
-            yield e
+            yield base, chunk[:(end - base) * CQ_STORE_UNIT_SIZE]
 
     def holes(self) -> Iterator[CqEntry]:
         """Invalid units below ``max_offset`` (never produced by a healthy broker)."""
