@@ -7,7 +7,10 @@ complaint by RocketMQ (``run``: ``manifest.jsonl``); rmqdump must not call any o
 - ``533-healthy-bcq``: a 5.x BatchCQ topic (inner batches and a plain message, dispatched into
   ``batchconsumequeue/`` units only);
 - ``498-healthy-lmq``: LMQ multi-dispatch (one record in MqttTopic/0 and in ``%LMQ%room1/0`` /
-  ``%LMQ%room2/0``).
+  ``%LMQ%room2/0``);
+- ``498-healthy-retention``: RocketMQ's own retention deleted its oldest files (``fileReservedTime`` 0): the
+  commitlog starts at 16384, consume-queue files below it are gone and the first index file's first entries
+  point into deleted files.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ def test_commit_pointing_at_no_half_or_prepared_record_is_info(oracle_store):
 
 
 @pytest.mark.skipif(not fastwalk.fast_available(), reason="numba/numpy not installed")
-@pytest.mark.parametrize("name", ["498-healthy-tx-v6", "533-healthy-bcq", "498-healthy-lmq"])
+@pytest.mark.parametrize("name", ["498-healthy-tx-v6", "533-healthy-bcq", "498-healthy-lmq", "498-healthy-retention"])
 def test_compiled_verify_matches_pure_on_healthy_oracle_stores(name, oracle_store, monkeypatch):
     from test_verify_fast import assert_same
 
@@ -202,3 +205,54 @@ def test_blank_at_the_end_needs_no_repair_and_takes_appends(name, oracle_store):
     assert json.loads(res.stdout)["offset"] == end
     res = run("verify", store, "-q")
     assert res.exit_code == 0, res.output
+
+
+# --- 7: files deleted by retention ------------------------------------------------------------------------
+
+
+def test_files_retention_deleted_are_healthy(oracle_store, monkeypatch):
+    """Every long-running broker deletes its oldest files. The first index file's header keeps the times of
+    its first entry, whose record is gone: verify warned "index_header_mismatch" (its first *readable* record
+    is younger) on both engines."""
+    store = oracle_store("498-healthy-retention")
+    manifest = fixture_manifest("498-healthy-retention")
+    info = next(m for m in manifest if m["type"] == "store_info")
+    assert info["load_ok"] and info["commitlog_min_offset"] > 0
+    for flag in ("0", "1"):
+        monkeypatch.setenv("RMQDUMP_FAST", flag)
+        kinds = {(s, k) for s, k, _ in findings(verify_store(store))}
+        assert {s for s, _ in kinds} == {"info"}, flag
+        assert {("info", "cq_entry_expired"), ("info", "index_entry_expired")} <= kinds
+    res = run("cq", store, "-f", "json")
+    got = {(q["topic"], q["queue_id"]): (q["min_offset"], q["max_offset"]) for q in json.loads(res.stdout)["queues"]}
+    want = {(m["topic"], m["queueId"]): (m["minOffsetInQueue"], m["maxOffsetInQueue"]) for m in manifest
+            if m["type"] == "cq_queue" and m["maxOffsetInQueue"] > 0}
+    assert got == want
+    assert plan_repair(store).changes == []
+    st = inspect_store(store)
+    assert st.dirty == [] and st.overwrite == []
+    kept = [m for m in manifest if m["type"] == "message" and m["keys"]]
+    res = run("lookup", store, "--key", kept[0]["keys"].split()[0], "--topic", kept[0]["topic"], "-f", "jsonl", "-q")
+    assert kept[0]["commitLogOffset"] in [json.loads(line)["offset"] for line in res.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_rebuilt_queues_keep_the_units_of_deleted_files(flag, oracle_store, tmp_path, monkeypatch):
+    """No record is left to rebuild a queue's units into deleted commitlog files from: the rebuild dropped the
+    queues whose records were all deleted (their max offset back to 0, the next record numbered 0 again) and put
+    placeholders over the rest. It carries them over: the files are RocketMQ's, byte for byte."""
+    monkeypatch.setenv("RMQDUMP_FAST", flag)
+    store = oracle_store("498-healthy-retention")
+    manifest = fixture_manifest("498-healthy-retention")
+    kept = {(m["topic"], m["queueId"]) for m in manifest if m["type"] == "message"}
+    gone = {(m["topic"], m["queueId"]) for m in manifest if m["type"] == "cq_queue" and m["maxOffsetInQueue"] > 0}
+    assert gone - kept, "a queue whose records retention deleted"
+    res = run("repair", store, "--rebuild-cq", "--to", tmp_path / "out", "-q")
+    assert res.exit_code == 0, res.output
+    cq = store / "consumequeue"
+    files = sorted(p.relative_to(cq) for p in cq.rglob("*") if p.is_file())
+    assert sorted(p.relative_to(tmp_path / "out" / "consumequeue")
+                  for p in (tmp_path / "out" / "consumequeue").rglob("*") if p.is_file()) == files
+    for rel in files:
+        assert (tmp_path / "out" / "consumequeue" / rel).read_bytes() == (cq / rel).read_bytes(), rel
+    assert plan_repair(store, rebuild_cq=True).changes == []

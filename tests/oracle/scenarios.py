@@ -153,6 +153,20 @@ VERSION_MIXES = {"498": {"lmq": lambda v: mix_lmq()}, "533": {"bcq": lambda v: m
 #: mixes built in the mid geometry only (the timer wheel file is 38 MB whatever the settings)
 EXTRA_MIXES = {"533": {"timer": lambda v: mix_timer()}}
 TIMER_SETTINGS = {"timerWheelEnable": True, "timerPrecisionMs": 1000, "mappedFileSizeTimerLog": 3328}
+#: RocketMQ's own retention deletes every commitlog file but the last (and the consume-queue and index files
+#: below the new first offset) once its clean service runs: 60 s after start, then every 200 ms
+RETENTION_SETTINGS = {"fileReservedTime": 0, "deleteWhen": ";".join(f"{h:02d}" for h in range(24)),
+                      "cleanResourceInterval": 200}
+
+
+def mix_retention(version: str) -> list[dict]:
+    """The plain mix, a wait past the first clean-up, the plain mix again: the same keys in expired records (in
+    the index, pointing into deleted files) and in kept ones."""
+    return [*mix_plain(), {"type": "wait_dispatch"}, {"type": "sleep", "ms": 63000}, *mix_plain()]
+
+
+#: built in the small geometry only (many files to delete), ending clean and crashed
+RETENTION_MIXES = {"retention": mix_retention}
 
 
 def settings(version: str, geometry: str, mix: str) -> dict:
@@ -165,11 +179,13 @@ def settings(version: str, geometry: str, mix: str) -> dict:
         s.update(enableMultiDispatch=True, enableLmq=True)
     if mix == "timer":
         s.update(TIMER_SETTINGS)
+    if mix in RETENTION_MIXES:
+        s.update(RETENTION_SETTINGS)
     return s
 
 
 def base(version: str, geometry: str, mix: str, ending: str = "clean", extra: dict | None = None) -> Base:
-    messages = {**MIXES, **VERSION_MIXES[version], **EXTRA_MIXES.get(version, {})}[mix](version)
+    messages = {**MIXES, **VERSION_MIXES[version], **EXTRA_MIXES.get(version, {}), **RETENTION_MIXES}[mix](version)
     st = {**settings(version, geometry, mix), **(extra or {})}
     flags = {"clean": (), "crash": ("--crash",), "crash-no-dispatch": ("--crash-no-dispatch",)}[ending]
     suffix = "" if not extra else "-" + "-".join(f"{k}" for k in extra)
@@ -191,6 +207,9 @@ def all_bases() -> list[Base]:
         for mix in EXTRA_MIXES.get(version, {}):
             out.append(base(version, "mid", mix))
             out.append(base(version, "mid", mix, "crash"))
+        for mix in RETENTION_MIXES:
+            out.append(base(version, "small", mix))
+            out.append(base(version, "small", mix, "crash"))
     return out
 
 

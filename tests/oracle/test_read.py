@@ -114,8 +114,9 @@ def test_lookup_equals_index_query(matrix, name):
         res = invoke("lookup", b.store, "--key", q["key"], "--topic", q["topic"], "-f", "jsonl", "-q")
         assert res.exit_code in (0, 1), res.output
         got = [json.loads(line)["offset"] for line in res.stdout.splitlines() if line.strip()]
-        want = q["phyOffsets_in_returned_order"]
-        if len(want) < 64:  # RocketMQ caps its answer at 64 hits; rmqdump does not
+        # entries into files retention deleted: the broker's queryMessage drops them too (no record to read)
+        want = [o for o in q["phyOffsets_in_returned_order"] if o >= b.info["commitlog_min_offset"]]
+        if len(q["phyOffsets_in_returned_order"]) < 64:  # RocketMQ caps its answer at 64 hits; rmqdump does not
             # a record indexed twice (abnormal recovery re-dispatches what the index already held) is one hit
             extra = set(got) - set(want)
             assert set(want) <= set(got) and extra <= keyed.get((q["topic"], q["key"]), set()), \

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,22 @@ def test_rebuild_byte_identical_to_rocketmq(matrix, name, what, tmp_path):
     sub = {"cq": "consumequeue", "index": "index"}[what]
     rebuilt = _files(tmp_path / "out" / sub)
     original = _files(b.store / sub)
+    if what == "index" and b.info["commitlog_min_offset"] > 0:
+        # retention deleted the oldest files: RocketMQ's index still holds entries for their records, which no
+        # rebuild from the commitlog can write (RocketMQ's own would not either). RocketMQ's queries over the
+        # rebuilt files must find every record that is still there, as over its own files.
+        store = writable_copy(b, tmp_path / "store")
+        shutil.rmtree(store / "index")
+        shutil.copytree(tmp_path / "out" / "index", store / "index")
+
+        def answers(manifest: list[dict]) -> dict:
+            low = b.info["commitlog_min_offset"]
+            out = {(q["topic"], q["key"]): sorted(o for o in q["phyOffsets_in_returned_order"] if o >= low)
+                   for q in manifest if q["type"] == "index_query"}
+            return {k: v for k, v in out.items() if v}
+
+        assert answers(load(b.version, store, b.run_args)) == answers(b.manifest)
+        return
     if what == "index":  # index files are named by the wall clock at creation: compare them in order
         findings = verify_doc(b.store)[0]["findings"]
         if any(f["kind"] == "index_chain_irregular" for f in findings):

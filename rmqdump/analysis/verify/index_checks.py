@@ -137,7 +137,7 @@ def _check_one_index(f, label: str, first_file: bool, cl: CommitLog, cache: Reco
         ends = _fast_one_index(f, label, cl, cache, add, valid_end, recovery_end, count)
     else:
         ends = _pure_one_index(f, label, cl, cache, add, valid_end, recovery_end, count)
-    first_phy, last_entry_phy, first_ts, last_ts = ends
+    first_phy, last_entry_phy, first, last = ends
     if first_phy is not None:
         if h.begin_phy_offset != first_phy and first_file:
             add(WARNING, "index_header_mismatch", label, 16,
@@ -145,12 +145,14 @@ def _check_one_index(f, label: str, first_file: bool, cl: CommitLog, cache: Reco
         if h.end_phy_offset != last_entry_phy:
             add(WARNING, "index_header_mismatch", label, 24,
                 f"endPhyOffset {h.end_phy_offset} but the last entry points at {last_entry_phy}")
-        if first_ts is not None and h.begin_timestamp != first_ts and first_file:
+        # the header's times are the first and last entry's records' (IndexFile.putKey): compared only where
+        # those records are still there (not in files retention deleted, not cut by recovery)
+        if first[0] == 1 and h.begin_timestamp != first[1] and first_file:
             add(WARNING, "index_header_mismatch", label, 0,
-                f"beginTimestamp {h.begin_timestamp} but the first indexed record was stored at {first_ts}")
-        if last_ts is not None and h.end_timestamp != last_ts:
+                f"beginTimestamp {h.begin_timestamp} but the first indexed record was stored at {first[1]}")
+        if last[0] == count - 1 and h.end_timestamp != last[1]:
             add(WARNING, "index_header_mismatch", label, 8,
-                f"endTimestamp {h.end_timestamp} but the last indexed record was stored at {last_ts}")
+                f"endTimestamp {h.end_timestamp} but the last indexed record was stored at {last[1]}")
     return info
 
 
@@ -246,7 +248,7 @@ def _pure_one_index(f, label: str, cl: CommitLog, cache: RecordCache, add: _Sink
     keyset: set[int] = set()
     min_off = cl.min_offset
     expired = beyond = 0
-    first_ts = last_ts = None
+    first = last = (-1, 0)  # (entry number, store time) of the first and last entries with a record
     first_phy = last_entry_phy = None
     for e in f.iter_entries():
         pos = entries_start + 20 * e.number
@@ -270,10 +272,9 @@ def _pure_one_index(f, label: str, cl: CommitLog, cache: RecordCache, add: _Sink
             continue
         _message_entry(add, label, pos, e.number, e.key_hash, e.phy_offset, e.time_diff, rec, keyset,
                        h.begin_timestamp)
-        ts = rec.store_timestamp
-        if first_ts is None:
-            first_ts = ts
-        last_ts = ts
+        if first[0] < 0:
+            first = (e.number, rec.store_timestamp)
+        last = (e.number, rec.store_timestamp)
     _entry_totals(add, label, expired, beyond, min_off)
     used = 0
     chain_slot = array("i", [-1]) * count
@@ -316,7 +317,7 @@ def _pure_one_index(f, label: str, cl: CommitLog, cache: RecordCache, add: _Sink
     _chain_totals(add, label, irregular, len(irregular),
                   lambda: _own_slot_reachable(slots, hashes, prevs, count, chain_slot), used, h, len(unreachable),
                   unreachable[0] if unreachable else 0, entries_start)
-    return first_phy, last_entry_phy, first_ts, last_ts
+    return first_phy, last_entry_phy, first, last
 
 
 _ENTRY_KINDS = ((S_DANGLING, "index_entry_dangling"), (S_KEY, "index_key_mismatch"),
@@ -390,7 +391,7 @@ def _fast_one_index(f, label: str, cl: CommitLog, cache: RecordCache, add: _Sink
         _chain_totals(add, label, irregular, sum(ch.class_count[k] for k in IRREGULAR),
                       lambda: own_slot_reachable(idx, slots_n, entries_start, count, ch.chain_slot), ch.used, h,
                       ch.unreachable, ch.first_unreachable, entries_start)
-        return (first_phy, last_entry_phy, None if first[0] < 0 else first[1], None if last[0] < 0 else last[1])
+        return first_phy, last_entry_phy, first, last
     finally:
         idx = segs = readers = maps = res = None
         mm.close()

@@ -329,7 +329,8 @@ def rebuild_to(store_path: str | os.PathLike, out_dir: str | os.PathLike, *, cq:
     if cq:
         doc["consumequeue_files"] = len(rebuild_consume_queues(store.commitlog, out, geo.cq_file_size, end=end,
                                                                use_mmap=use_mmap, warnings=doc["warnings"],
-                                                               batch_topics=batch_cq_topics(store.root)))
+                                                               batch_topics=batch_cq_topics(store.root),
+                                                               expired_from=store.root))
     if index:
         idir, _ = ensure_store_dir(out, STORE_INDEX_DIR)
         from rmqdump.store.indexfile import list_index_files

@@ -314,7 +314,7 @@ def _rebuild_cq_changes(cl, root: Path, cq_file_size: int, end: int, plan: Repai
     try:
         built = rebuild_consume_queues(cl, stage, cq_file_size, end=end, use_mmap=use_mmap,
                                        delay_levels_ms=delay_levels_ms, warnings=plan.warnings,
-                                       batch_topics=batch_cq_topics(root))
+                                       batch_topics=batch_cq_topics(root), expired_from=root)
         out: list[Change] = []
         seen: set[str] = set()
         for rel in built:
@@ -418,8 +418,12 @@ def dispatch_targets(rec) -> list[tuple[str, int, int]]:
 
 def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | None = None, use_mmap: bool = True,
                            delay_levels_ms=DEFAULT_DELAY_LEVELS_MS, warnings: list[str] | None = None,
-                           batch_topics: set[str] | frozenset[str] = frozenset()) -> list[str]:
+                           batch_topics: set[str] | frozenset[str] = frozenset(),
+                           expired_from: Path | None = None) -> list[str]:
     """Write ``consumequeue/`` for the records in [min offset, end) under ``out_root``; returns relative paths.
+
+    ``expired_from``: the store whose queues' leading units into commitlog files retention deleted are carried
+    over (:mod:`rmqdump.write.repair.expired`): no record is left to regenerate them from.
 
     Records of 5.x BatchCQ topics (``batch_topics``, and any inner-batch record) are skipped: the
     broker keeps them in ``batchconsumequeue/``, which is not rebuilt (not supported; a warning says so).
@@ -460,6 +464,10 @@ def rebuild_consume_queues(cl, out_root: Path, cq_file_size: int, *, end: int | 
         sink.finish()
     finally:
         sink.close()
+    if expired_from is not None:
+        from rmqdump.write.repair.expired import carry_expired_units
+
+        carry_expired_units(expired_from, out_root, cq_file_size, cl.min_offset)
     out = []
     base = out_root / STORE_CONSUMEQUEUE_DIR
     for p in sorted(base.rglob("*")) if base.is_dir() else []:
