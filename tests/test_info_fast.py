@@ -75,16 +75,23 @@ def test_first_v2_and_crc32_records_in_walk_order(crc_first, tmp_path, monkeypat
     assert not why.startswith("end_of_data")
 
 
-def test_a_gap_before_an_unwritten_file(tmp_path, monkeypatch):
-    """The last file with data ends with a BLANK and the next file on disk starts past a gap, unwritten: the end
-    of data stays at the BLANK's file end (the empty file adds nothing)."""
+def _blank_ended(tmp_path: Path) -> tuple[Path, list[Path]]:
+    """A store of 4 KiB files whose last file was removed: the file before it, now the last, ends with a BLANK
+    (``files``: as they were, the removed one last)."""
     root = tmp_path / "s"
     with StoreWriter(root, commitlog_file_size=4096, build_index=False, clock=lambda: 1_700_000_000_000) as w:
         for _ in range(50):
             w.append(MessageSpec("T", b"x" * 100))
         w.sync()
     files = sorted((root / "commitlog").iterdir())
-    files[-1].unlink()  # the file before it ends with a BLANK
+    files[-1].unlink()
+    return root, files
+
+
+def test_a_gap_before_an_unwritten_file(tmp_path, monkeypatch):
+    """The last file with data ends with a BLANK and the next file on disk starts past a gap, unwritten: the end
+    of data stays at the BLANK's file end (the empty file adds nothing)."""
+    root, files = _blank_ended(tmp_path)
     (root / "commitlog" / f"{int(files[-1].name) + 4096:020d}").write_bytes(bytes(4096))
     (end, why), _, _ = _same(root, monkeypatch, 3)
     assert end == int(files[-2].name) + 4096
@@ -94,13 +101,7 @@ def test_a_blank_ending_the_last_file(tmp_path, monkeypatch):
     """The last file ends with a BLANK and no file follows (a broker killed before creating the next one):
     RocketMQ's recovery ends at the BLANK (tests/oracle/test_write.py), and so does ``info``'s end of data (it
     said the end of the file)."""
-    root = tmp_path / "s"
-    with StoreWriter(root, commitlog_file_size=4096, build_index=False, clock=lambda: 1_700_000_000_000) as w:
-        for _ in range(50):
-            w.append(MessageSpec("T", b"x" * 100))
-        w.sync()
-    files = sorted((root / "commitlog").iterdir())
-    files[-1].unlink()
+    root, files = _blank_ended(tmp_path)
     data = files[-2].read_bytes()
     pos = 0
     while struct.unpack_from(">I", data, pos + 4)[0] != 0xCBD43194:  # records up to the BLANK
