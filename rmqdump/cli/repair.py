@@ -80,7 +80,9 @@ def _render_plan(console, doc) -> None:
 @click.option("--undo", "undo", type=click.Path(exists=True, file_okay=False, path_type=str), default=None,
               metavar="BACKUP", help="Restore the store from a repair backup (byte-identical, sha256-verified).")
 @click.option("--force", is_flag=True, help="--undo: restore even if the store changed since the repair.")
-@click.option("--rebuild-cq", is_flag=True, help="Regenerate every consume queue from the commitlog.")
+@click.option("--rebuild-cq", is_flag=True,
+              help="Regenerate every consume queue from the commitlog (a queue's units into files retention "
+                   "deleted are kept as they are: no record is left to regenerate them from).")
 @click.option("--rebuild-index", is_flag=True, help="Regenerate every index file from the commitlog.")
 @click.option("--to", "to_dir", type=click.Path(path_type=str), default=None,
               help="With --rebuild-cq/--rebuild-index: write into this directory; the store is not touched.")
