@@ -14,14 +14,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rmqdump.codec.layout import CQ_PRE_BLANK_SIZE, CQ_STORE_UNIT_SIZE, CQ_UNIT, STORE_CONSUMEQUEUE_DIR
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, STORE_CONSUMEQUEUE_DIR
 from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import StoreError
 from rmqdump.store.consumequeue import discover_queues, file_name, list_mapped_files
-from rmqdump.store.consumequeue.entries import leading_valid_units
+from rmqdump.store.consumequeue.entries import PRE_BLANK_ENTRY, leading_valid_units
 from rmqdump.write.repair.files import _open, _pread_all
 from rmqdump.write.writer import ensure_store_dir
+
+#: units compared at once while skipping a rebuilt file's placeholders
+_COMPARE_UNITS = 4096
 
 
 def carry_expired_units(store_root: Path, out_root: Path, cq_file_size: int, min_offset: int) -> int:
@@ -64,12 +67,14 @@ def _first_rebuilt(qdir: Path, cq_file_size: int) -> int | None:
     files, _ = list_mapped_files(qdir) if qdir.is_dir() else ([], [])
     if not files:
         return None
-    f = files[0]
-    raw = _read(f.path, cq_file_size)
-    for i, (off, size, _) in enumerate(CQ_UNIT.iter_unpack(raw[:len(raw) - len(raw) % CQ_STORE_UNIT_SIZE])):
-        if not (off == 0 and size == CQ_PRE_BLANK_SIZE):
-            return f.start // CQ_STORE_UNIT_SIZE + i
-    return f.start // CQ_STORE_UNIT_SIZE + len(raw) // CQ_STORE_UNIT_SIZE
+    raw = _read(files[0].path, cq_file_size)
+    size = len(raw) - len(raw) % CQ_STORE_UNIT_SIZE
+    pos, chunk = 0, PRE_BLANK_ENTRY * _COMPARE_UNITS  # the placeholders are a prefix: whole chunks, then units
+    while pos + len(chunk) <= size and raw[pos:pos + len(chunk)] == chunk:
+        pos += len(chunk)
+    while pos < size and raw[pos:pos + CQ_STORE_UNIT_SIZE] == PRE_BLANK_ENTRY:
+        pos += CQ_STORE_UNIT_SIZE
+    return (files[0].start + pos) // CQ_STORE_UNIT_SIZE
 
 
 def _leading_expired(raw: bytes, min_offset: int) -> int:
