@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import NamedTuple
 
 from rmqdump.codec.layout import (
@@ -58,6 +59,8 @@ DEFAULT_GEOMETRY = IndexGeometry(MAX_HASH_SLOT_NUM, MAX_INDEX_NUM)
 _LIKELY_RATIOS = (4, 1, 2, 8, 3, 5, 10, 16, 20, 40, 100)
 #: bound on the slot counts tried one by one (each costs a few small reads)
 _MAX_GEOMETRY_CANDIDATES = 200_000
+#: other index files read for the geometry of one whose own entries do not tell it
+_MAX_SIBLINGS = 8
 #: earlier entries whose chain links must agree with a candidate geometry
 _GEOMETRY_CHECK_ENTRIES = 32
 
@@ -146,6 +149,26 @@ def geometry_from_entries(path: str | os.PathLike, size: int) -> IndexGeometry |
         os.close(fd)
 
 
+def _geometry_from_siblings(path: Path, size: int) -> IndexGeometry | None:
+    """The geometry the entries of another index file of the same size in the same directory prove (the closest
+    by name first): a file too new to tell its own (a broker killed right after rolling to it leaves it with
+    no entry) was made by the same broker settings."""
+    try:
+        names = [e.name for e in os.scandir(path.parent) if e.name != path.name
+                 and e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_size == size]
+    except OSError:
+        return None
+    near = sorted(names, key=lambda n: (n > path.name, abs(_as_int(n) - _as_int(path.name))))
+    for name in near[:_MAX_SIBLINGS]:
+        if (geo := geometry_from_entries(path.parent / name, size)) is not None:
+            return geo
+    return None
+
+
+def _as_int(name: str) -> int:
+    return int(name) if name.isdigit() else 0
+
+
 def infer_geometry(size: int, hash_slot_num: int | None = None, index_num: int | None = None,
                    file: str | os.PathLike | None = None) -> IndexGeometry:
     """Geometry from explicit values, else from the file's own entries (``file`` given), else from its size
@@ -155,6 +178,8 @@ def infer_geometry(size: int, hash_slot_num: int | None = None, index_num: int |
         raise FormatError(f"index file of {size} bytes is too short for the {INDEX_HEADER_SIZE}-byte header", file)
     if hash_slot_num is None and index_num is None:
         if file is not None and (geo := geometry_from_entries(file, size)) is not None:
+            return geo
+        if file is not None and (geo := _geometry_from_siblings(Path(file), size)) is not None:
             return geo
         if body % _BYTES_PER_SLOT_DEFAULT:
             raise FormatError(f"index file size {size} is not 40 + 84*slots and its entries do not tell "
