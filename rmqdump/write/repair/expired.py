@@ -20,7 +20,7 @@ from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import StoreError
 from rmqdump.store.consumequeue import discover_queues, file_name, list_mapped_files
 from rmqdump.store.consumequeue.entries import PRE_BLANK_ENTRY, leading_valid_units
-from rmqdump.write.repair.files import _open, _pread_all
+from rmqdump.write.repair.files import _open, _pread_all, _pwrite_all
 from rmqdump.write.writer import ensure_store_dir
 
 #: units compared at once while skipping a rebuilt file's placeholders
@@ -107,9 +107,7 @@ def _put(qdir: Path, out_root: Path, ref, start: int, cq_file_size: int, data: b
     try:
         if os.fstat(fd).st_size < cq_file_size:
             os.ftruncate(fd, cq_file_size)
-        view = memoryview(data)
-        while view:
-            view = view[os.pwrite(fd, view, len(data) - len(view)):]
+        _pwrite_all(fd, data, 0)
         fsync_fd(fd, path)
     except OSError as e:
         raise StoreError(f"write failed: {e.strerror}", path) from None
