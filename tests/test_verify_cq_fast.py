@@ -239,7 +239,7 @@ def test_cq_truncation_reads_a_file_once_per_process_offset(monkeypatch):
     assert reads.count((st.files[-1].start, first_off + 1)) == 2
 
 
-def _leading_reference(raw: bytes, below: int | None) -> int:
+def _leading_reference(raw: bytes, below: int | None = None) -> int:
     n = 0
     for off, size, _ in CQ_UNIT.iter_unpack(raw[:len(raw) - len(raw) % CQ_STORE_UNIT_SIZE]):
         if not (off >= 0 and size > 0 and (below is None or off < below)):
@@ -250,8 +250,8 @@ def _leading_reference(raw: bytes, below: int | None) -> int:
 
 @pytest.mark.parametrize("with_numpy", [True, False])
 def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
-    """The column test behind the CQ recovery scans: a decided answer is the unit-by-unit one, and the
-    broker's own layout (valid units, then zero fill) is always decided (with numpy: everything is)."""
+    """The column test behind the CQ recovery scans gives the unit-by-unit answer, with numpy and without
+    it (then columns decide the broker's own layout, valid units then zero fill, and a unit loop the rest)."""
     import random
     import sys
 
@@ -260,8 +260,19 @@ def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
     if not with_numpy:
         monkeypatch.setitem(sys.modules, "numpy", None)
 
+    from rmqdump.store.consumequeue import entries
+
+    columns = 0
+    real = entries._valid_then_zero
+
+    def counted(*a):
+        nonlocal columns
+        m = real(*a)
+        columns += m is not None
+        return m
+
+    monkeypatch.setattr(entries, "_valid_then_zero", counted)
     rnd = random.Random(5)
-    decided = 0
     for _ in range(3000):
         n = rnd.randrange(0, 40)
         units = [(rnd.randrange(0, 1 << 40), rnd.randrange(1, 1 << 20), rnd.randrange(-(1 << 40), 1 << 40))
@@ -273,13 +284,11 @@ def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
         raw = b"".join(CQ_UNIT.pack(*u) for u in units) + bytes(CQ_STORE_UNIT_SIZE * rnd.randrange(0, 5))
         raw += bytes(rnd.randrange(0, CQ_STORE_UNIT_SIZE))  # a partial unit is ignored
         below = rnd.choice([None, 1 << 62, 1 << 64, rnd.randrange(0, 1 << 40)])
-        got = leading_valid_units(raw, below)
-        if got is not None:
-            decided += 1
-            assert got == _leading_reference(raw, below), (units, below)
-        elif r >= 0.3 and below is None or with_numpy:
-            raise AssertionError(f"undecided on the broker's layout: {units}")
-    assert decided > 1000
+        before = columns
+        assert leading_valid_units(raw, below) == _leading_reference(raw, below), (units, below)
+        if not with_numpy and r >= 0.3 and below is None:
+            assert columns == before + 1, f"the broker's layout went unit by unit: {units}"
+    assert with_numpy or 1000 < columns < 3000  # without numpy: both the column test and the unit loop ran
 
 
 def test_cq_recovery_scan_matches_unit_by_unit(monkeypatch):
@@ -297,5 +306,6 @@ def test_cq_recovery_scan_matches_unit_by_unit(monkeypatch):
         return out
 
     fast = view()
-    monkeypatch.setattr(reader, "leading_valid_units", lambda *a: None)
+    monkeypatch.setattr(reader, "leading_valid_units", _leading_reference)
+    monkeypatch.setattr(Q, "leading_valid_units", _leading_reference)
     assert view() == fast

@@ -208,21 +208,9 @@ def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
     if len(raw) < fs:
         return None
     base = f.start // CQ_STORE_UNIT_SIZE
-    units = CQ_UNIT.iter_unpack(raw)
-    off, size, _ = next(units)
-    if off >= process_offset:
+    if CQ_UNIT.unpack_from(raw)[0] >= process_offset:
         return -1
-    run = leading_valid_units(raw, process_offset)
-    if run is not None:
-        return base + max(run, 1)
-    keep = base + 1
-    if off >= 0 and size > 0:
-        for off, size, _ in units:
-            if off >= 0 and size > 0 and off < process_offset:
-                keep += 1
-            else:
-                break
-    return keep
+    return base + max(leading_valid_units(raw, process_offset), 1)
 
 
 def _first_units(cq, base: int, per_file: int):

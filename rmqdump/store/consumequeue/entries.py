@@ -44,10 +44,10 @@ def is_valid_cq_unit(commit_log_offset: int, size: int) -> bool:
     return commit_log_offset >= 0 and size > 0
 
 
-def leading_valid_units(raw: bytes, below: int | None = None) -> int | None:
-    """How many leading whole units of ``raw`` are valid (offset >= 0, size > 0) with offset < ``below``,
-    without one object per unit: exact with numpy; without it, decided for the broker's layout (such units,
-    then zero fill) and None when that test cannot decide (the caller then looks unit by unit)."""
+def leading_valid_units(raw: bytes, below: int | None = None) -> int:
+    """How many leading whole units of ``raw`` are valid (offset >= 0, size > 0) with offset < ``below``
+    (the broker's recovery test), without one object per unit where it can: numpy's columns; without numpy,
+    a column test that decides the broker's own layout (such units, then zero fill), else unit by unit."""
     n = len(raw) // CQ_STORE_UNIT_SIZE
     try:
         import numpy as np
@@ -61,6 +61,19 @@ def leading_valid_units(raw: bytes, below: int | None = None) -> int | None:
             bad |= u["o"] >= below
         first = np.flatnonzero(bad)
         return int(first[0]) if first.size else n
+    m = _valid_then_zero(raw, n, below)
+    if m is not None:
+        return m
+    k = 0
+    for off, size, _ in CQ_UNIT.iter_unpack(raw[:n * CQ_STORE_UNIT_SIZE]):
+        if off < 0 or size <= 0 or (below is not None and off >= below):
+            break
+        k += 1
+    return k
+
+
+def _valid_then_zero(raw: bytes, n: int, below: int | None) -> int | None:
+    """The units before ``raw``'s zero fill when all of them pass the test (column arrays), else None."""
     m = -(-len(raw[:n * CQ_STORE_UNIT_SIZE].rstrip(b"\0")) // CQ_STORE_UNIT_SIZE)  # units with non-zero bytes
     if m == 0:
         return 0  # an all-zero first unit is invalid

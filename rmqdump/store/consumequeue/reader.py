@@ -236,17 +236,10 @@ class ConsumeQueue(_QueueBase):
         valid_end = 0
         for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, 0, self.file_size, RECOVER_CHUNK_UNITS):
             m = leading_valid_units(chunk)
-            if m is not None:
-                if m:
-                    last = CQ_UNIT.unpack_from(chunk, (m - 1) * CQ_STORE_UNIT_SIZE)
-                if m * CQ_STORE_UNIT_SIZE < len(chunk):
-                    return pos + m * CQ_STORE_UNIT_SIZE, last
-                valid_end = pos + len(chunk)
-                continue
-            for i, (off, size, tags) in enumerate(CQ_UNIT.iter_unpack(chunk)):
-                if not (off >= 0 and size > 0):
-                    return pos + i * CQ_STORE_UNIT_SIZE, last
-                last = (off, size, tags)
+            if m:
+                last = CQ_UNIT.unpack_from(chunk, (m - 1) * CQ_STORE_UNIT_SIZE)
+            if m * CQ_STORE_UNIT_SIZE < len(chunk):
+                return pos + m * CQ_STORE_UNIT_SIZE, last
             valid_end = pos + len(chunk)
         return valid_end, last
 

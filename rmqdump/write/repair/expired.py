@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, STORE_CONSUMEQUEUE_DIR
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, STORE_CONSUMEQUEUE_DIR
 from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import StoreError
@@ -49,8 +49,6 @@ def carry_expired_units(store_root: Path, out_root: Path, cq_file_size: int, min
                 break
             raw = _read(f.path, cq_file_size)
             n = leading_valid_units(raw, below=min_offset)
-            if n is None:  # no numpy and not the broker's layout: unit by unit
-                n = _leading_expired(raw, min_offset)
             if stop is not None:
                 n = min(n, stop - first_unit)
             if n:
@@ -75,15 +73,6 @@ def _first_rebuilt(qdir: Path, cq_file_size: int) -> int | None:
     while pos < size and raw[pos:pos + CQ_STORE_UNIT_SIZE] == PRE_BLANK_ENTRY:
         pos += CQ_STORE_UNIT_SIZE
     return (files[0].start + pos) // CQ_STORE_UNIT_SIZE
-
-
-def _leading_expired(raw: bytes, min_offset: int) -> int:
-    n = 0
-    for off, size, _ in CQ_UNIT.iter_unpack(raw[:len(raw) - len(raw) % CQ_STORE_UNIT_SIZE]):
-        if off < 0 or size <= 0 or off >= min_offset:
-            break
-        n += 1
-    return n
 
 
 def _read(path: Path, size: int) -> bytes:
