@@ -181,7 +181,9 @@ def test_repair_result_loaded_by_rocketmq(matrix, name, salvage, tmp_path):
                  "--commitlog-file-size", b.settings["mappedFileSizeCommitLog"], "-q")
     assert res.exit_code in (0, 2), res.output
     if res.exit_code == 2:
-        pytest.skip(f"repair refuses: {res.stderr.strip()[:200]}")
+        # a refusal is RocketMQ's too or a bug (a skip here once hid 20 stores repair refused for nothing)
+        assert not b.info["load_ok"], f"repair refuses a store RocketMQ loads: {res.stderr.strip()[:300]}"
+        pytest.skip(f"repair refuses, as RocketMQ refuses to load the store: {res.stderr.strip()[:200]}")
     doc, _ = verify_doc(store)
     unrepaired = set(UNREPAIRABLE_CONTENT)
     if any(w.startswith("timerlog:") for w in json.loads(res.output).get("warnings", [])):
