@@ -208,6 +208,36 @@ def test_blank_at_the_end_needs_no_repair_and_takes_appends(name, oracle_store):
     assert res.exit_code == 0, res.output
 
 
+def _end_style(store) -> str:
+    """The style ``verify``'s report gives the broker's commitlog end on a colour terminal."""
+    import io
+
+    from rich.console import Console
+
+    from rmqdump.cli.verify import render_report
+
+    doc = json.loads(run("verify", store, "-q", "-f", "json").stdout)
+    out = io.StringIO()
+    render_report(Console(file=out, force_terminal=True, color_system="standard", width=200), doc)
+    line = next(x for x in out.getvalue().splitlines() if "commitlog end" in x)
+    return "red" if "\x1b[1;31m" in line else "green" if "\x1b[32m" in line else line
+
+
+def test_blank_at_the_end_is_not_shown_as_a_cut(oracle_store):
+    """verify's report showed the end RocketMQ's start keeps in bold red on such a store (the walk's own end
+    is past the BLANK): red means records the start would cut. The HTML report drew the BLANK as "dropped"."""
+    store = oracle_store("498-healthy-tx-v6")
+    end = inspect_store(store).end
+    seg = store / "commitlog" / SEG0
+    patch(seg, end, struct.pack(">iI", seg.stat().st_size - end, 0xCBD43194))
+    assert _end_style(store) == "green"
+    assert _end_style(oracle_store("498-flip-body-mid")) == "red"  # recovery drops 11 records
+    page = store.parent / "report.html"
+    assert run("report", store, "--to", page, "-q").exit_code in (0, 1)
+    text = page.read_text()
+    assert f"recovery cut {end}" in text and "dropped by recovery" not in text
+
+
 # --- 7: files deleted by retention ------------------------------------------------------------------------
 
 

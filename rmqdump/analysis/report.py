@@ -28,6 +28,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from rmqdump.broker.recovery.cost import next_start_after_walk
+from rmqdump.broker.recovery.walk import ends_at_last_blank
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.disk.durable import atomic_file
 from rmqdump.disk.guard import protected_root, refuse_inside
@@ -282,7 +283,7 @@ def _store_map(v: dict, totals: dict) -> str:
     if rec.get("max_offset") is not None:
         cut = rec["max_offset"]
         data_end = max([x.get("end_offset") or 0 for x in segs] + [walk_end or 0])
-        if data_end > cut:
+        if data_end > cut and not ends_at_last_blank(rec):
             parts.append(f'<rect class="dropped" x="{X(cut)}" y="{y}" width="{max(X(data_end) - X(cut), 2)}" '
                          f'height="{h}"><title>dropped by recovery: [{cut}, {data_end}) '
                          f'({(rec.get("dropped_records") or {}).get("count")} records)</title></rect>')

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from rmqdump.analysis.verify import verify_store
+from rmqdump.broker.recovery.walk import ends_at_last_blank
 from rmqdump.cli.options import access_options, report_output_options, verify_options
 from rmqdump.cli.output import (
     Column,
@@ -108,6 +109,13 @@ class _Rows:
         self.rows.append(cells)
 
 
+def _end_moves(summary: dict, rec: dict) -> bool:
+    """Whether the broker's start would cut what the walk read: records dropped, or an end before the walk's
+    other than a last file's BLANK (RocketMQ ends at that BLANK and its next write covers it)."""
+    moved = rec["max_offset"] != summary["valid_end"] and not ends_at_last_blank(rec)
+    return bool(rec["dropped_records"]["count"]) or moved
+
+
 def render_report(console: Console, doc: dict) -> None:
     """The human report: summary, recovery prediction, salvage, findings grouped by severity."""
     from rich.text import Text
@@ -133,9 +141,7 @@ def render_report(console: Console, doc: dict) -> None:
         stop = rec.get("stop") or {}
         t.add_row("walk", _t(f"from {rec['start_file']} ({rec['records_walked']} records accepted); stops at "
                              f"{stop.get('offset')}: {stop.get('kind')}: {stop.get('detail')}"))
-        end = Text(_safe(str(rec["max_offset"])),
-                   style="bold red" if rec["max_offset"] != s["valid_end"] or rec["dropped_records"]["count"]
-                   else "green")
+        end = Text(_safe(str(rec["max_offset"])), style="bold red" if _end_moves(s, rec) else "green")
         if rec["truncated_file"]:
             end.append(_safe(f"  ({rec['truncated_file']['file']} truncated at position "
                                       f"{rec['truncated_file']['position']})"))

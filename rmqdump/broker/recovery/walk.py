@@ -46,6 +46,13 @@ STOP_NO_BLANK = "the file ends right after a record, without a BLANK: the walk s
 STOP_LAST_BLANK = "BLANK in the last file"
 
 
+def ends_at_last_blank(rec: dict) -> bool:
+    """Whether a recovery prediction (its document) ends at a last file's BLANK: the walk's records end past
+    that offset, yet nothing is cut (RocketMQ's next write covers the BLANK)."""
+    stop = rec.get("stop") or {}
+    return stop.get("detail") == STOP_LAST_BLANK and stop.get("offset") == rec.get("max_offset")
+
+
 def broker_verdict(rec: Message | Blank | Invalid, version: str = VERSION_49, blank_overruns: bool = False) -> str:
     """How ``checkMessageAndReturnSize`` judges a decoded position: ``record``, ``blank`` or ``fail``.
 
