@@ -92,10 +92,13 @@ def _java(version: str, tool: str, args: list[str], *, stdin: str | None = None,
     return res
 
 
-def put(version: str, store: Path, spec: list[dict], flags: tuple[str, ...] = ()) -> list[dict]:
-    """Write (or append to) ``store`` with RocketMQ's ``put``; returns its status lines."""
+def put(version: str, store: Path, spec: list[dict], flags: tuple[str, ...] = (), log: Path | None = None) -> list[dict]:
+    """Write (or append to) ``store`` with RocketMQ's ``put``; returns its status lines. ``log``: a file for
+    RocketMQ's own log lines (errors only, unless ``RMQ_ORACLE_LOG`` says otherwise)."""
     text = "\n".join(json.dumps(line, ensure_ascii=False) for line in spec) + "\n"
     res = _java(version, "put", [*flags, str(store), "-"], stdin=text, ok=(0, 3))
+    if log is not None:
+        log.write_text(res.stderr)
     return [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -45,7 +46,7 @@ def _written(tmp_path_factory, flags: tuple[str, ...]):
     if reason:
         pytest.skip(reason)
     store = tmp_path_factory.mktemp("compaction") / "store"
-    put("533", store, _spec(), flags)
+    put("533", store, _spec(), flags, log=store.parent / "rocketmq.log")
     copy = store.parent / "copy"
     import shutil
 
@@ -112,16 +113,23 @@ def test_scan_of_each_log_file_equals_the_reader(clean):
             (m.offset, m.queue_offset) for m in q.walk_file(f)[0]]
 
 
+#: a compaction pass RocketMQ 5.3.3 itself logs as failed: ``replaceCqFiles`` renames one sparse CQ file twice
+#: (``NoSuchFileException`` ... ``.delete``), a pass racing the dispatch into the same queue
+_REPLACE_FAILED = re.compile(r"ERROR .*move file \S*/compaction(?:Cq|Log)/(\S+/\d+)/\d{20} failed")
+
+
 def test_crashed_store_has_no_false_compaction_finding(crashed):
+    """No compaction finding on a store RocketMQ wrote, but the records RocketMQ's compaction lost: 1 in ~20 of
+    these stores has a queue whose log lacks the latest value of a key (holding an older one) or a key whole,
+    always in a queue where RocketMQ logged the failure of its own pass (38 stores checked). verify must say so:
+    consumers of the compacted topic read the stale value."""
     store, _ = crashed
     found = [f for f in _compaction_findings(store) if f["severity"] != "info"]
-    assert [f for f in found if f["kind"] != "compaction_record_missing"] == []
-    if found:
-        # Seen once in CI (a record compaction keeps, the latest of its key below the persisted position, absent
-        # from the log while its neighbours are there). Not yet shown to be rmqdump's mistake: 5.3.3's
-        # getCompactionFile compacts files i+1 .. n-3 while a pass writes its output from offset 0, so a pass over
-        # files after an already compacted one may replace what that one held; to be confirmed against RocketMQ.
-        pytest.xfail(f"RocketMQ's compaction log lacks a record its compaction keeps: {found[0]['detail']}")
+    loss = {"compaction_record_missing", "compaction_key_missing"}
+    assert [f for f in found if f["kind"] not in loss] == []
+    failed = set(_REPLACE_FAILED.findall((store.parent / "rocketmq.log").read_text()))
+    assert [f for f in found if f["detail"].split(":")[0] not in failed] == [], (
+        f"a loss in a queue whose compaction RocketMQ did not log as failed (failed: {sorted(failed)})")
 
 
 def test_a_pass_that_crashed_before_persisting_its_position_is_no_loss(clean, tmp_path):

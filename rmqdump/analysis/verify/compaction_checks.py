@@ -152,7 +152,9 @@ def _queue_findings(root, q: CompactionQueue, pos: Positions, cache, cap: int) -
         out.append(Finding(ERROR, "compaction_record_missing", _rel(root, q.log_dir), None,
                            f"{where}: {missing} commitlog record(s) compaction keeps are not in the compaction log "
                            f"(first: queue offset {first.queue_offset}, commitlog offset {first.offset}, KEYS "
-                           f"{first.properties.get(PROPERTY_KEYS)!r}; last compacted offset {last})"))
+                           f"{first.properties.get(PROPERTY_KEYS)!r}; last compacted offset {last}): consumers of "
+                           "the compacted topic read an older value of those keys or none (RocketMQ 5.3.3 loses them "
+                           "when a compaction pass races the dispatch; its log then shows the pass failing)"))
     if lost_before:
         out.append(Finding(WARNING, "compaction_key_missing", _rel(root, q.log_dir), None,
                            f"{where}: {lost_before} key(s) whose latest commitlog record lies before the compaction "
