@@ -82,13 +82,15 @@ def test_compacted_records_are_what_rocketmq_keeps(clean):
     assert len(msgs) == 240
     comp = open_compaction(store)
     assert sorted(comp.queues) == [("KV", 0), ("KV", 1), ("KV", 2)]
+    failed = _failed_passes(store)
     passes = 0
     for (topic, qid), q in comp.queues.items():
         mine = sorted((m for m in msgs if m["queueId"] == qid), key=lambda m: m["queueOffset"])
         last = comp.positions.offset(topic, qid)
         passes += last >= 0
         recs = [r for _, r in q.records()]
-        assert [r.queue_offset for r in recs] == _kept(mine, last)
+        if f"{topic}/{qid}" not in failed:  # else RocketMQ's race lost records (and kept stale ones): see below
+            assert [r.queue_offset for r in recs] == _kept(mine, last)
         by_q = {m["queueOffset"]: m for m in mine}
         for r in recs:
             m = by_q[r.queue_offset]
@@ -100,7 +102,8 @@ def test_compacted_records_are_what_rocketmq_keeps(clean):
             (r.offset, r.size, r.queue_offset) for r in recs]
         assert len(q.log_files) >= 2
     assert passes == 3  # every queue was compacted at least once
-    assert _compaction_findings(store) == []
+    _assert_only_rocketmqs_losses([f for f in _compaction_findings(store) if f["severity"] != "info"],
+                                  _failed_passes(store))
 
 
 def test_scan_of_each_log_file_equals_the_reader(clean):
@@ -118,18 +121,26 @@ def test_scan_of_each_log_file_equals_the_reader(clean):
 _REPLACE_FAILED = re.compile(r"ERROR .*move file \S*/compaction(?:Cq|Log)/(\S+/\d+)/\d{20} failed")
 
 
-def test_crashed_store_has_no_false_compaction_finding(crashed):
-    """No compaction finding on a store RocketMQ wrote, but the records RocketMQ's compaction lost: 1 in ~20 of
-    these stores has a queue whose log lacks the latest value of a key (holding an older one) or a key whole,
-    always in a queue where RocketMQ logged the failure of its own pass (38 stores checked). verify must say so:
-    consumers of the compacted topic read the stale value."""
-    store, _ = crashed
-    found = [f for f in _compaction_findings(store) if f["severity"] != "info"]
+def _failed_passes(store) -> set[str]:
+    """Queues ("KV/0") whose compaction pass RocketMQ's log (kept by ``_written``) shows failing."""
+    return set(_REPLACE_FAILED.findall((store.parent / "rocketmq.log").read_text()))
+
+
+def _assert_only_rocketmqs_losses(found: list[dict], failed: set[str]) -> None:
+    """No compaction finding but the records RocketMQ's own compaction lost: 1 in ~20 of these stores (clean or
+    crashed) has a queue whose log lacks the latest value of a key (holding an older one) or a key whole, always
+    in a queue where RocketMQ logged its own pass failing (54 stores checked). verify must say so: consumers of the
+    compacted topic read the stale value."""
     loss = {"compaction_record_missing", "compaction_key_missing"}
     assert [f for f in found if f["kind"] not in loss] == []
-    failed = set(_REPLACE_FAILED.findall((store.parent / "rocketmq.log").read_text()))
     assert [f for f in found if f["detail"].split(":")[0] not in failed] == [], (
         f"a loss in a queue whose compaction RocketMQ did not log as failed (failed: {sorted(failed)})")
+
+
+def test_crashed_store_has_no_false_compaction_finding(crashed):
+    store, _ = crashed
+    _assert_only_rocketmqs_losses([f for f in _compaction_findings(store) if f["severity"] != "info"],
+                                  _failed_passes(store))
 
 
 def test_a_pass_that_crashed_before_persisting_its_position_is_no_loss(clean, tmp_path):
@@ -152,4 +163,5 @@ def test_a_pass_that_crashed_before_persisting_its_position_is_no_loss(clean, tm
     kinds = {f["kind"] for f in _compaction_findings(store) if f["severity"] == "error"}
     assert kinds == {"compaction_record_missing"}  # no crash: the position is the horizon
     (store / "abort").write_bytes(b"")
-    assert [f for f in _compaction_findings(store) if f["severity"] != "info"] == []
+    _assert_only_rocketmqs_losses([f for f in _compaction_findings(store) if f["severity"] != "info"],
+                                  _failed_passes(clean[0]))
