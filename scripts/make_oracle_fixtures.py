@@ -20,7 +20,6 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from oracle.harness import apply_mutations, load, put, read_jsonl, unavailable_reason  # noqa: E402
 
-
 #: how many stores ``until`` writes at most (RocketMQ's compaction race: about 1 in 20)
 UNTIL_TRIES = 100
 
