@@ -37,7 +37,9 @@ def _filters(recs: list[Message]) -> list[list[str]]:
     for r in tagged:
         out += [["--tag", r.tags], ["--tag", r.tags, "--topic", r.topic]]
     for r in keyed:
-        out += [["--key", r.keys[-1]], ["--key", r.keys[0], "--key", "nope"], ["--key", r.keys[0][:-1]]]
+        out += [["--key", r.keys[-1]], ["--key", r.keys[0], "--key", "nope"]]
+        if len(r.keys[0]) > 1:  # a prefix of the key, which must not match (a one-letter key has none)
+            out.append(["--key", r.keys[0][:-1]])
         if r.tags:
             out.append(["--key", r.keys[0], "--tag", r.tags])
     out += [["--key", r.uniq_key] for r in recs if r.uniq_key][:2]

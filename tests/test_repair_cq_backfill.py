@@ -73,3 +73,48 @@ def test_a_deleted_topic_is_not_resurrected(tmp_path):
     assert _run("repair", store, "--apply", "--backup-dir", tmp_path / "bk", "-q").exit_code == 0
     assert not (store / "consumequeue" / "TopicGone").exists()
     assert (store / "consumequeue" / "TopicH" / "1").is_dir()
+
+
+# --- a queue whose only file is zero-length and whose first record the repair replaced with a filler ----------
+
+FILLED = "498-healthy-tx-v6"
+
+
+def _filled_queue_store(tmp_path):
+    """TopicA/0 of a RocketMQ store: its first record's body damaged (salvage writes a filler in its place, which
+    is not dispatched) and its consume-queue file cut to zero bytes (a crash between creating and extending it),
+    as a fresh oracle-matrix store first showed."""
+    from oracle.scenarios import _body_pos
+
+    store = copy_store(FILLED, tmp_path / "store")
+    msgs = [m for m in fixture_manifest(FILLED) if m["type"] == "message" and m["topic"] == "TopicA"
+            and m["queueId"] == 0]
+    first, second = sorted(msgs, key=lambda m: m["queueOffset"])[:2]
+    assert (first["queueOffset"], second["queueOffset"]) == (0, 1)
+    seg = store / "commitlog" / first["file"]
+    data = bytearray(seg.read_bytes())
+    data[_body_pos(first)] ^= 1
+    seg.write_bytes(bytes(data))
+    cq = next((store / "consumequeue" / "TopicA" / "0").iterdir())
+    cq.write_bytes(b"")
+    return store, first, second
+
+
+def test_repair_numbers_a_recreated_queue_from_its_records(tmp_path):
+    """RocketMQ's first dispatch into a queue with no file creates it with placeholders up to the record's queue
+    offset (``fillPreBlank``); repair put queue offset 1's unit at position 0 (cq_entry_misplaced after it)."""
+    import struct
+
+    store, first, second = _filled_queue_store(tmp_path)
+    res = _run("repair", store, "--apply", "--salvage", "filler", "--backup-dir", tmp_path / "bk", "-q")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(_run("verify", store, "-f", "json", "-q").stdout)
+    assert [f for f in doc["findings"] if f["severity"] == "error"] == []
+    raw = next((store / "consumequeue" / "TopicA" / "0").iterdir()).read_bytes()
+    assert struct.unpack_from(">qiq", raw, 0) == (0, 0x7FFFFFFF, 0)  # the filler's slot: a placeholder
+    assert struct.unpack_from(">qi", raw, 20) == (second["commitLogOffset"], second["storeSize"])
+    r = recipe(FILLED)
+    manifest = oracle_run(r["version"], store, tmp_path, r["run_args"])
+    entries = {e["queueOffset"]: e["commitLogOffset"] for e in manifest
+               if e["type"] == "cq_entry" and (e["topic"], e["queueId"]) == ("TopicA", 0)}
+    assert entries.get(1) == second["commitLogOffset"]

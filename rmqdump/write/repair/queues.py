@@ -85,7 +85,9 @@ class _QueueEdit:
         if offset + size <= self.max_phys:
             return False
         expect = queue_offset * CQ_STORE_UNIT_SIZE
-        live = [s for s in self.existing if s not in self.deleted]
+        # a zero-length file (a crash between creating and extending it) holds nothing: the broker's first
+        # dispatch into the queue creates its file anew, placeholders first (5.x deletes it at load, 4.9 refuses)
+        live = [s for s, f in self.existing.items() if s not in self.deleted and f.size > 0]
         if not live and not self.units and expect != 0 and self.write_units * CQ_STORE_UNIT_SIZE != expect:
             start = expect - expect % self.file_size  # fillPreBlank for a queue created mid-way
             for pos in range(start, expect, CQ_STORE_UNIT_SIZE):
