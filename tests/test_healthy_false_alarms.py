@@ -310,3 +310,29 @@ def test_an_index_file_with_no_entry_yet_takes_its_siblings_geometry(oracle_stor
     for flag in ("0", "1"):
         monkeypatch.setenv("RMQDUMP_FAST", flag)
         assert [f for f in findings(verify_store(store)) if f[0] != "info"] == [], flag
+
+
+# --- 8: a zero-length last consume-queue file on a 5.x store ------------------------------------------------
+
+
+def test_zero_length_last_cq_file_is_no_refusal_on_5x(oracle_store, tmp_path):
+    """A crash between creating a consume-queue file and extending it leaves it zero-length (the oracle matrix's
+    5.3.3 crash stores have them). RocketMQ 5.3.3 loads such a store (it deletes the file); verify called it an
+    error, "the broker refuses to load it", under the 5.x model too. A 4.9 broker does refuse it."""
+    from oracle_fixtures import oracle_run, recipe
+
+    store = oracle_store("533-plain")
+    empty = store / "consumequeue" / "TopicA" / "1" / SEG0
+    empty.parent.mkdir()
+    empty.write_bytes(b"")
+
+    def cq_file(version: str) -> tuple[list, int]:
+        res = run("verify", store, "--broker-version", version, "-f", "json", "-q")
+        doc = json.loads(res.stdout)
+        return [(f["severity"], f["file"]) for f in doc["findings"] if f["kind"] == "cq_file"], res.exit_code
+
+    rel = "consumequeue/TopicA/1/" + SEG0
+    assert cq_file("5.3") == ([("info", rel)], 0)
+    assert cq_file("4.9")[0] == [("error", rel)]
+    r = recipe("533-plain")
+    oracle_run(r["version"], store, tmp_path, r["run_args"])  # RocketMQ 5.3.3 loads it (where the oracle is)

@@ -290,6 +290,15 @@ def _cq_checker_class(use_mmap: bool) -> type[CqChecker]:
     return CqChecker
 
 
+def _zero_last_on_5x(f: Finding, problems) -> Finding:
+    """A zero-length last consume-queue file (a crash between creating and extending it) under the 5.x model:
+    5.x deletes it at load where 4.9 refuses the store (RocketMQ 5.3.3 loads such stores)."""
+    if f.kind != "cq_file" or not any(p.zero_last and p.file == f.file for p in problems):
+        return f
+    return Finding(INFO, f.kind, f.file, f.offset, "zero-length last file (a crash between creating and extending "
+                   "it): a 5.x broker deletes it at load, a 4.x broker refuses to load it")
+
+
 def _sort_key(f: Finding):
     return (_SEV_RANK.get(f.severity, 9), f.file or "", -1 if f.offset is None else f.offset, f.kind)
 
@@ -433,6 +442,8 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             version = VERSION_49 if version == VERSION_AUTO else version
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
+        if version == VERSION_53:
+            findings = [_zero_last_on_5x(f, cq_problems) for f in findings]
         if pred is not None and compare_versions and root is not None:
             other = VERSION_53 if version == VERSION_49 else VERSION_49
             try:
