@@ -198,6 +198,17 @@ def _queue_dirs(base: Path) -> dict[tuple[str, int], Path]:
     return out
 
 
+def stray_files(root: str | os.PathLike) -> list[Path]:
+    """Files in the compaction log and sparse CQ queue folders whose names are not file offsets (a pass's
+    ``.delete`` left behind): the 5.x compaction store's load parses every name there and fails on them."""
+    d = Path(root) / COMPACTION_DIR
+    out: list[Path] = []
+    for base in (d / LOG_DIR, d / CQ_DIR):
+        for qd in _queue_dirs(base).values():
+            out += sorted(p for p in qd.iterdir() if p.is_file() and parse_file_name(p.name) is None)
+    return out
+
+
 def open_compaction(root: str | os.PathLike | None) -> CompactionStore | None:
     """The compaction store under a store root (None when there is no ``compaction/`` folder)."""
     if root is None:
@@ -215,4 +226,4 @@ def open_compaction(root: str | os.PathLike | None) -> CompactionStore | None:
 
 
 __all__ = ["COMPACTION_DIR", "CQ_DIR", "LOG_DIR", "POSITION_FILE", "CompactionQueue", "CompactionStore",
-           "Positions", "SparseUnit", "open_compaction", "read_positions"]
+           "Positions", "SparseUnit", "open_compaction", "read_positions", "stray_files"]

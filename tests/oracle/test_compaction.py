@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rmqdump.cli import cli
-from rmqdump.store.compaction import open_compaction
+from rmqdump.store.compaction import open_compaction, stray_files
 
 from .harness import load, put, unavailable_reason
 
@@ -51,7 +51,19 @@ def _written(tmp_path_factory, flags: tuple[str, ...]):
     import shutil
 
     shutil.copytree(store, copy)
-    return store, load("533", copy, RUN_ARGS)
+    manifest = load("533", copy, RUN_ARGS)
+    if not next(m for m in manifest if m["type"] == "store_info")["load_ok"]:
+        # RocketMQ's own pass can leave a ".delete" file its load() then refuses (seen in CI with a clean end):
+        # rmqdump must predict that refusal, naming the file; the records are judged with the file moved away
+        strays = stray_files(store)
+        assert strays, "RocketMQ refuses its own compaction store for another reason"
+        r = CliRunner().invoke(cli, ["verify", str(store), "-f", "json", "-q"], catch_exceptions=False)
+        errors = json.loads(r.stdout)["recovery"]["load_errors"]
+        assert [e.split(":")[0] for e in errors] == [p.relative_to(store).as_posix() for p in strays]
+        for p in stray_files(copy):
+            p.unlink()
+        manifest = load("533", copy, RUN_ARGS)
+    return store, manifest
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,12 @@ def load_problems(store: Store, version: str = VERSION_49, zero_last_ok: bool = 
         elif not java_parses_name(name):
             out.append(f"{STORE_COMMITLOG_DIR}/{name}: not a numeric file name up to Long.MAX_VALUE "
                        "(Long.parseLong throws at load)")
+    if version == VERSION_53 and store.root is not None:
+        from rmqdump.store.compaction import stray_files
+
+        for p in stray_files(store.root):
+            out.append(f"{p.relative_to(store.root).as_posix()}: not a numeric file name (the compaction "
+                       "store's load fails on it: Long.parseLong throws; a compaction pass left it)")
     return out
 
 
