@@ -290,13 +290,13 @@ def _cq_checker_class(use_mmap: bool) -> type[CqChecker]:
     return CqChecker
 
 
-def _zero_last_on_5x(f: Finding, problems) -> Finding:
-    """A zero-length last consume-queue file (a crash between creating and extending it) under the 5.x model:
-    5.x deletes it at load where 4.9 refuses the store (RocketMQ 5.3.3 loads such stores)."""
-    if f.kind != "cq_file" or not any(p.zero_last and p.file == f.file for p in problems):
-        return f
-    return Finding(INFO, f.kind, f.file, f.offset, "zero-length last file (a crash between creating and extending "
-                   "it): a 5.x broker deletes it at load, a 4.x broker refuses to load it")
+def _cq_file_finding(p, version: str) -> Finding:
+    """A consume-queue file problem under the broker model ``version``: a zero-length last file (a crash between
+    creating and extending it) is an error where the broker refuses it (4.9) and info where it deletes it (5.x)."""
+    if p.zero_last and not p.refuses(version):
+        return Finding(INFO, "cq_file", p.file, None, "zero-length last file (a crash between creating and "
+                       "extending it): a 5.x broker deletes it at load, a 4.x broker refuses to load it")
+    return Finding(ERROR if p.fatal else WARNING, "cq_file", p.file, None, p.message)
 
 
 def _sort_key(f: Finding):
@@ -341,8 +341,6 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
     if root is not None and store_checks:
         try:
             states, cq_problems = consume_queue_states(store)
-            for prob in cq_problems:
-                findings.append(Finding(ERROR if prob.fatal else WARNING, "cq_file", prob.file, None, prob.message))
         except RmqdumpError as e:
             findings.append(Finding(INFO, "cq_unavailable", "consumequeue", None, f"consume queues not checked: {e}"))
             states = []
@@ -442,8 +440,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             version = VERSION_49 if version == VERSION_AUTO else version
             findings.append(Finding(WARNING, "recovery_unpredictable", None, None, str(e)))
         report.recovery = pred
-        if version == VERSION_53:
-            findings = [_zero_last_on_5x(f, cq_problems) for f in findings]
+        findings += [_cq_file_finding(p, version) for p in cq_problems]  # their severity follows the model
         if pred is not None and compare_versions and root is not None:
             other = VERSION_53 if version == VERSION_49 else VERSION_49
             try:

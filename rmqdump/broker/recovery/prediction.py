@@ -146,7 +146,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     if queue_states is None:
         queue_states, cq_problems = consume_queue_states(store)
     pred.load_errors += [str(p) for p in cq_problems or ()
-                         if p.fatal and not (version == VERSION_53 and p.zero_last)]
+                         if p.refuses(version)]
     if pred.load_errors:
         pred.mode = MODE_REFUSES
         pred.reason = (f"{pred.load_errors[0]}; the broker's load() fails and it does not start "

@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqdump.broker.recovery.inputs import VERSION_53
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
@@ -51,6 +52,11 @@ class CqProblem(str):
         obj = super().__new__(cls, f"{file}: {message}")
         obj.file, obj.message, obj.fatal, obj.zero_last = file, message, fatal, zero_last
         return obj
+
+    def refuses(self, version: str) -> bool:
+        """Whether the broker's ``load()`` fails on it: fatal, but for a zero-length last file on 5.x (it
+        deletes it; RocketMQ 5.3.3 loads such stores)."""
+        return self.fatal and not (version == VERSION_53 and self.zero_last)
 
     def __getnewargs__(self) -> tuple[str, str, bool, bool]:
         return self.file, self.message, self.fatal, self.zero_last
