@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from oracle_fixtures import copy_store, fixture_dir, fixture_manifest, recipe
+from oracle_fixtures import copy_store, fixture_dir, fixture_manifest, recipe, tree_state
 
 from rmqdump.cli import cli
 from rmqdump.store.compaction import open_compaction
@@ -197,3 +197,52 @@ def test_a_delete_file_a_pass_left_is_a_refusal(store, tmp_path, folder):
         args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
         info = next(m for m in load("533", store, args) if m["type"] == "store_info")
         assert not info["load_ok"]
+
+
+@pytest.mark.parametrize("folder", ["compactionLog", "compactionCq"])
+def test_repair_deletes_a_delete_file_a_pass_left(store, tmp_path, folder):
+    """Repair completes what the pass meant to do (destroy the ``.delete`` file, kept in the backup): the broker
+    then loads the store, RocketMQ reading back what it read before; ``--undo`` restores the tree byte for byte."""
+    qdir = store / "compaction" / folder / "C" / "0"
+    first = sorted(qdir.iterdir())[0]
+    before = tree_state(store)
+    leftover = qdir / (first.name + ".delete")
+    leftover.write_bytes(first.read_bytes())
+    damaged = tree_state(store)
+    plan = run("repair", store, "-f", "json", "-q")
+    assert plan.exit_code == 1, plan.output
+    doc = json.loads(plan.stdout)
+    rel = leftover.relative_to(store).as_posix()
+    assert [(c["op"], c["path"]) for c in doc["changes"]] == [("delete", rel)]
+    assert "its replacement is in place" in doc["changes"][0]["why"]
+    assert tree_state(store) == damaged  # the dry run wrote nothing
+    backup = tmp_path / "backup"
+    applied = run("repair", store, "--apply", "--backup-dir", backup, "-q")
+    assert applied.exit_code == 0, applied.output
+    assert tree_state(store) == before
+    rec = json.loads(run("verify", store, "-f", "json", "-q").stdout)["recovery"]
+    assert rec["mode"] != "refuses_to_start" and not rec["load_errors"]
+    from oracle.harness import load, unavailable_reason
+
+    if unavailable_reason("533") is None:
+        r = recipe(NAME)
+        args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
+        import shutil
+
+        back = load("533", shutil.copytree(store, tmp_path / "loaded"), args)
+        assert next(m for m in back if m["type"] == "store_info")["load_ok"]
+        assert [m for m in back if m["type"] == "message"] == MESSAGES
+    undo = run("repair", "--undo", backup, "-q")
+    assert undo.exit_code == 0, undo.output
+    assert tree_state(store) == damaged
+
+
+def test_repair_refuses_a_stray_file_rocketmq_does_not_write(store):
+    """Only a pass's ``<offset>.delete`` is deleted: any other name there is refused, named (the user's file)."""
+    odd = store / "compaction" / "compactionLog" / "C" / "0" / "notes.txt"
+    odd.write_text("mine")
+    r = run("repair", store, "--apply", "-q")
+    assert r.exit_code == 2
+    assert "compaction/compactionLog/C/0/notes.txt: not a numeric file name" in r.output
+    assert "not a file RocketMQ writes there" in r.output
+    assert odd.read_text() == "mine"

@@ -46,6 +46,8 @@ def _render_plan(console, doc) -> None:
             diffs = [f"{k} {b[k]} -> {af[k]}" for k in ("physicMsgTimestamp", "logicsMsgTimestamp",
                                                          "indexMsgTimestamp") if b[k] != af[k]]
             line(f"  - checkpoint: {', '.join(diffs)}")
+        elif a == "delete" and g == "compaction":
+            line(f"  - {s['file']}: delete ({s['detail']})")
         elif a == "restore" and g == "config":
             line(f"  - {s['file']}: restore from its .bak ({s['size']} bytes; it is {s['detail']})")
         elif a == "remove":

@@ -209,6 +209,17 @@ def stray_files(root: str | os.PathLike) -> list[Path]:
     return out
 
 
+DELETE_SUFFIX = ".delete"
+
+
+def left_for_deletion(path: Path) -> bool:
+    """A file a compaction pass renamed to ``<offset>.delete`` (``MappedFile.renameToDelete``) to destroy it once
+    its replacement was in place: RocketMQ never reads it again; a pass that failed before destroying it leaves
+    it, and the next load fails on its name."""
+    name = path.name
+    return name.endswith(DELETE_SUFFIX) and parse_file_name(name[:-len(DELETE_SUFFIX)]) is not None
+
+
 def open_compaction(root: str | os.PathLike | None) -> CompactionStore | None:
     """The compaction store under a store root (None when there is no ``compaction/`` folder)."""
     if root is None:
@@ -225,5 +236,6 @@ def open_compaction(root: str | os.PathLike | None) -> CompactionStore | None:
     return CompactionStore(d, read_positions(d), queues)
 
 
-__all__ = ["COMPACTION_DIR", "CQ_DIR", "LOG_DIR", "POSITION_FILE", "CompactionQueue", "CompactionStore",
-           "Positions", "SparseUnit", "open_compaction", "read_positions", "stray_files"]
+__all__ = ["COMPACTION_DIR", "CQ_DIR", "DELETE_SUFFIX", "LOG_DIR", "POSITION_FILE", "CompactionQueue",
+           "CompactionStore", "Positions", "SparseUnit", "left_for_deletion", "open_compaction", "read_positions",
+           "stray_files"]

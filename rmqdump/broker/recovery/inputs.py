@@ -51,9 +51,10 @@ def read_checkpoint_for_recovery(store: Store) -> tuple[Checkpoint, str | None]:
     return cp, note
 
 
-def load_problems(store: Store, version: str = VERSION_49, zero_last_ok: bool = False) -> list[str]:
-    """Why the broker's ``load()`` would fail on this commitlog directory (empty: it loads).
-    ``zero_last_ok``: a zero-length last file is not a problem (5.x deletes it; so does repair)."""
+def load_problems(store: Store, version: str = VERSION_49, repairable_ok: bool = False) -> list[str]:
+    """Why the broker's ``load()`` would fail on this store's files (empty: it loads). ``repairable_ok``: files
+    repair deletes are not problems (a zero-length last commitlog file, which 5.x deletes too; a ``.delete``
+    file a compaction pass left)."""
     cl = store.commitlog
     out: list[str] = []
     d = cl.location
@@ -76,7 +77,7 @@ def load_problems(store: Store, version: str = VERSION_49, zero_last_ok: bool = 
             out.append(f"{STORE_COMMITLOG_DIR}/{name}: {e.strerror}")
             continue
         if size != cl.file_size:
-            if size == 0 and (version == VERSION_53 or zero_last_ok) and name == last:
+            if size == 0 and (version == VERSION_53 or repairable_ok) and name == last:
                 continue  # 5.x deletes a zero-length last file
             out.append(f"{STORE_COMMITLOG_DIR}/{name} is {size} bytes, not the store's file size "
                        f"{cl.file_size} (\"length not matched message store config value\")")
@@ -84,11 +85,16 @@ def load_problems(store: Store, version: str = VERSION_49, zero_last_ok: bool = 
             out.append(f"{STORE_COMMITLOG_DIR}/{name}: not a numeric file name up to Long.MAX_VALUE "
                        "(Long.parseLong throws at load)")
     if version == VERSION_53 and store.root is not None:
-        from rmqdump.store.compaction import stray_files
+        from rmqdump.store.compaction import left_for_deletion, stray_files
 
         for p in stray_files(store.root):
+            leftover = left_for_deletion(p)
+            if repairable_ok and leftover:
+                continue
             out.append(f"{p.relative_to(store.root).as_posix()}: not a numeric file name (the compaction "
-                       "store's load fails on it: Long.parseLong throws; a compaction pass left it)")
+                       "store's load fails on it: Long.parseLong throws; " +
+                       ("a compaction pass left it for deletion: rmqdump repair deletes it)" if leftover else
+                        "not a file RocketMQ writes there)"))
     return out
 
 

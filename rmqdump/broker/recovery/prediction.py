@@ -115,7 +115,7 @@ class RecoveryPrediction:
 def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool = True, use_mmap: bool = True,
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
                      previous_end: int | None = None, list_dropped: bool = True,
-                     cq_problems: list[CqProblem] | None = None, zero_last_ok: bool = False,
+                     cq_problems: list[CqProblem] | None = None, repairable_ok: bool = False,
                      walker: Callable[..., BrokerWalk] | None = None,
                      redispatcher: Callable[..., list[QueueRedispatch]] | None = None) -> RecoveryPrediction:
     """Reproduce the broker's startup recovery on ``store`` (see the module docstring).
@@ -124,7 +124,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     ``queue_states`` (with their ``cq_problems``) may be passed to avoid reading the consume
     queues twice;
     ``list_dropped=False`` skips the keep-going walk that lists the dropped records;
-    ``zero_last_ok``: a zero-length last commitlog file does not stop the start (repair deletes it).
+    ``repairable_ok``: files repair deletes (a zero-length last commitlog file, a compaction pass's ``.delete``
+    leftover) do not stop the start.
     ``walker``: a drop-in for :func:`broker_walk` (verify passes its compiled walk); ``redispatcher`` one for
     :func:`~rmqdump.broker.redispatch.redispatch` (verify passes its compiled twin).
     """
@@ -142,7 +143,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         return predict_dledger_recovery(store, pred, use_mmap=use_mmap, list_limit=list_limit,
                                         queue_states=queue_states, cq_problems=cq_problems,
                                         list_dropped=list_dropped)
-    pred.load_errors = load_problems(store, version, zero_last_ok)
+    pred.load_errors = load_problems(store, version, repairable_ok)
     if queue_states is None:
         queue_states, cq_problems = consume_queue_states(store)
     pred.load_errors += [str(p) for p in cq_problems or ()

@@ -29,7 +29,8 @@ from rmqdump.write.repair.model import _CHUNK, MANIFEST, MANIFEST_FORMAT, Change
 from rmqdump.write.repair.plan import plan_repair
 from rmqdump.write.writer import ensure_store_dir
 
-APPLY_GROUPS = ("commitlog", "consumequeue", "index", "checkpoint", "config")  # the order changes are applied in
+#: the order changes are applied in (a change of another group is a bug: refused before anything is written)
+APPLY_GROUPS = ("commitlog", "consumequeue", "index", "checkpoint", "config", "compaction")
 
 
 def _safe_target(root: Path, rel: str) -> Path:
@@ -257,6 +258,10 @@ def apply_plan(store_path: str | os.PathLike, *, salvage: str | None = None, reb
                 raise StoreError(plan.blocked, plan.store)
             if not plan.needs_repair:
                 return plan, None
+            stray = sorted({c.group for c in plan.changes} - set(APPLY_GROUPS))
+            if stray:
+                raise StoreError(f"repair plan has changes of unknown group(s) {', '.join(stray)}; nothing was "
+                                 "written", plan.store)
             root = plan.store
             abort = read_abort(root)
             backup = Path(backup_dir) if backup_dir else default_backup_dir(root)

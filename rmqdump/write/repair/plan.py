@@ -41,6 +41,23 @@ from rmqdump.write.repair.salvage import (
 from rmqdump.write.writer import ensure_store_dir
 
 
+def _compaction_leftovers(root: Path, plan: RepairPlan) -> None:
+    """Delete the ``<offset>.delete`` files compaction passes left (RocketMQ 5.x's load fails on their names; the
+    pass meant to destroy them once their replacement was in place); the backup keeps their bytes."""
+    from rmqdump.store.compaction import left_for_deletion, stray_files
+
+    for p in stray_files(root):
+        if not left_for_deletion(p):
+            continue
+        rel = p.relative_to(root).as_posix()
+        replaced = p.with_name(p.name[:-len(".delete")]).exists()
+        why = ("a compaction pass's leftover (" + ("its replacement is in place" if replaced else
+               "no file of its offset is in place: the pass failed before moving one in") +
+               "); RocketMQ 5.x refuses to load a store holding it")
+        plan.changes.append(Change("delete", rel, group="compaction", why=why))
+        plan.step("compaction", "delete", file=rel, replaced=replaced, detail=why)
+
+
 def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
                 rebuild_index: bool = False, use_mmap: bool = True, delay_levels_ms: list[int] = DEFAULT_DELAY_LEVELS_MS,
                 name_clock=None, cq_file_size: int | None = None,
@@ -83,8 +100,9 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
     plan.abort_present = abort is not None
     config_changes(root, plan, restore_config)
     states, cq_problems = consume_queue_states(store)
-    # a zero-length last segment (a crash between creating and extending it) holds nothing: it is deleted
-    pred, model = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap, zero_last_ok=True,
+    # a zero-length last segment (a crash between creating and extending it) holds nothing and a compaction
+    # pass's ".delete" leftover was to be destroyed: both are deleted (_compaction_leftovers)
+    pred, model = predict_recovery_auto(store, queue_states=states, use_mmap=use_mmap, repairable_ok=True,
                                         **recovery_twins(cl, use_mmap))
     plan.prediction = pred
     if pred.version != VERSION_49:
@@ -282,6 +300,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                                            infer_geometry, neutralised, _interrupted_by(abort))
         full_end_ts = _full_index_end_ts(root, plan, geo)
 
+    _compaction_leftovers(root, plan)
     if plan.changes:
         from rmqdump.write.repair.timer import timer_warnings
 
