@@ -112,6 +112,26 @@ def test_nothing_to_do_on_clean(store_copy, tmp_path):
     assert res is None and not (tmp_path / "bk").exists()
 
 
+def test_apply_refuses_a_change_it_would_not_apply(store_copy, tmp_path, monkeypatch):
+    """A planned change of a group apply does not know was skipped while apply reported it applied (the
+    compaction leftovers' first version): apply refuses such a plan before writing anything."""
+    import rmqdump.write.repair.apply as apply_mod
+    from rmqdump.write.repair.model import Change
+
+    store = store_copy("crash_torn")
+    before = tree_digest(store)
+
+    def planned(*a, **k):
+        plan = plan_repair(*a, **k)
+        plan.changes.append(Change("delete", "checkpoint", group="elsewhere", why="test"))
+        return plan
+
+    monkeypatch.setattr(apply_mod, "plan_repair", planned)
+    with pytest.raises(StoreError, match="unknown group.*elsewhere"):
+        apply_plan(store, backup_dir=tmp_path / "bk")
+    assert tree_digest(store) == before and not (tmp_path / "bk").exists()
+
+
 def test_repair_crash_kill9(store_copy, tmp_path):
     store = store_copy("crash_kill9")
     original = tree_digest(store)
