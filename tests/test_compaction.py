@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import struct
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from compaction_rules import failed_passes, kept_offsets
 from oracle_fixtures import copy_store, fixture_dir, fixture_manifest, recipe, tree_state
 
 from rmqdump.cli import cli
@@ -42,13 +42,7 @@ def compaction_findings(st: Path) -> list[dict]:
 
 def expected_kept(topic: str, qid: int, last: int) -> list[int]:
     """Queue offsets shouldRetainMsg keeps: after ``last`` everything keyed; up to it the latest with a body."""
-    msgs = [m for m in MESSAGES if m["topic"] == topic and m["queueId"] == qid and m["properties"].get("KEYS")]
-    latest = {}
-    for m in msgs:
-        if m["queueOffset"] <= last:
-            latest[m["properties"]["KEYS"]] = m["queueOffset"]
-    return [m["queueOffset"] for m in msgs if m["queueOffset"] > last
-            or (latest[m["properties"]["KEYS"]] == m["queueOffset"] and m["bodyLength"] > 0)]
+    return kept_offsets([m for m in MESSAGES if m["topic"] == topic and m["queueId"] == qid], last)
 
 
 def test_records_are_what_compaction_keeps_byte_for_byte():
@@ -153,18 +147,16 @@ def test_a_record_rocketmqs_compaction_lost_is_reported():
     twice) and the queue's compaction log lacks a record ``shouldRetainMsg`` keeps. Consumers of the compacted
     topic would read an older value of that key, or none: verify reports it, in that queue only."""
     store = fixture_dir(LOST) / "store"
-    failed = set(re.findall(r"ERROR .*move file \S*/compactionCq/(\S+/\d+)/\d{20} failed",
-                            (fixture_dir(LOST) / "rocketmq.log").read_text()))
+    failed = failed_passes((fixture_dir(LOST) / "rocketmq.log").read_text())
     comp = open_compaction(store)
     messages = [m for m in fixture_manifest(LOST) if m["type"] == "message" and m["topic"] == "KV"]
     lost = {}
     for (topic, qid), q in comp.queues.items():
         last = comp.positions.offsets[(topic, qid)]
-        keyed = [m for m in messages if m["queueId"] == qid and (m["properties"].get("KEYS") or "").strip()]
-        latest = {m["properties"]["KEYS"]: m["queueOffset"] for m in keyed if m["queueOffset"] <= last}
+        mine = [m for m in messages if m["queueId"] == qid]
         in_log = {r.queue_offset for f in q.log_files for r in q.walk_file(f)[0]}
-        gone = [m for m in keyed if m["queueOffset"] <= last and m["bodyLength"] > 0
-                and latest[m["properties"]["KEYS"]] == m["queueOffset"] and m["queueOffset"] not in in_log]
+        kept = set(kept_offsets(mine, last))
+        gone = [m for m in mine if m["queueOffset"] <= last and m["queueOffset"] in kept and m["queueOffset"] not in in_log]
         if gone:
             lost[f"{topic}/{qid}"] = gone
     assert lost and set(lost) <= failed  # RocketMQ's judgement of its own pass, the bytes of the rest

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 
 import pytest
 from click.testing import CliRunner
+from compaction_rules import failed_passes, kept_offsets
 
 from rmqdump.cli import cli
 from rmqdump.store.compaction import open_compaction, stray_files
@@ -81,13 +81,6 @@ def crashed(tmp_path_factory):
     return _written(tmp_path_factory, ("--crash",))
 
 
-def _kept(messages: list[dict], last: int) -> list[int]:
-    keyed = [m for m in messages if (m["properties"].get("KEYS") or "").strip()]
-    latest = {m["properties"]["KEYS"]: m["queueOffset"] for m in keyed if m["queueOffset"] <= last}
-    return [m["queueOffset"] for m in keyed
-            if m["queueOffset"] > last or (latest[m["properties"]["KEYS"]] == m["queueOffset"] and m["bodyLength"])]
-
-
 def _compaction_findings(store) -> list[dict]:
     r = CliRunner().invoke(cli, ["verify", str(store), "-f", "json"], catch_exceptions=False)
     return [f for f in json.loads(r.stdout)["findings"] if f["kind"].startswith("compaction")]
@@ -107,7 +100,7 @@ def test_compacted_records_are_what_rocketmq_keeps(clean):
         passes += last >= 0
         recs = [r for _, r in q.records()]
         if f"{topic}/{qid}" not in failed:  # else RocketMQ's race lost records (and kept stale ones): see below
-            assert [r.queue_offset for r in recs] == _kept(mine, last)
+            assert [r.queue_offset for r in recs] == kept_offsets(mine, last)
         by_q = {m["queueOffset"]: m for m in mine}
         for r in recs:
             m = by_q[r.queue_offset]
@@ -133,14 +126,9 @@ def test_scan_of_each_log_file_equals_the_reader(clean):
             (m.offset, m.queue_offset) for m in q.walk_file(f)[0]]
 
 
-#: a compaction pass RocketMQ 5.3.3 itself logs as failed: ``replaceCqFiles`` renames one sparse CQ file twice
-#: (``NoSuchFileException`` ... ``.delete``), a pass racing the dispatch into the same queue
-_REPLACE_FAILED = re.compile(r"ERROR .*move file \S*/compaction(?:Cq|Log)/(\S+/\d+)/\d{20} failed")
-
-
 def _failed_passes(store) -> set[str]:
     """Queues ("KV/0") whose compaction pass RocketMQ's log (kept by ``_written``) shows failing."""
-    return set(_REPLACE_FAILED.findall((store.parent / "rocketmq.log").read_text()))
+    return failed_passes((store.parent / "rocketmq.log").read_text())
 
 
 def _assert_only_rocketmqs_losses(found: list[dict], failed: set[str]) -> None:
