@@ -117,12 +117,13 @@ def test_damaged_log_and_unpaired_files(store):
     b = bytearray(p.read_bytes())
     b[202 + 4] ^= 0xFF  # the second record's MAGICCODE
     p.write_bytes(bytes(b))
-    (store / "compaction" / "compactionCq" / "C" / "1" / "00000000000000006624").unlink()
+    (store / "compaction" / "compactionCq" / "C" / "1" / "00000000000000000000").unlink()
     got = {f["kind"]: f for f in compaction_findings(store)}
     assert got["compaction_log_damaged"]["offset"] == 4416 + 202
     assert got["compaction_log_damaged"]["file"] == "compaction/compactionLog/C/0/00000000000000004416"
     kinds = set(got)
-    assert "compaction_files_mismatch" in kinds
+    assert got["compaction_files_mismatch"]["file"] == "compaction/compactionLog/C/1/00000000000000000000"
+    assert got["compaction_files_mismatch"]["severity"] == "error"
     assert "compaction_record_unindexed" in kinds
 
 
@@ -230,11 +231,90 @@ def test_repair_deletes_a_delete_file_a_pass_left(store, tmp_path, folder):
 
 
 def test_repair_refuses_a_stray_file_rocketmq_does_not_write(store):
-    """Only a pass's ``<offset>.delete`` is deleted: any other name there is refused, named (the user's file)."""
-    odd = store / "compaction" / "compactionLog" / "C" / "0" / "notes.txt"
-    odd.write_text("mine")
+    """Only a pass's ``<offset>.delete`` is deleted: another name the load fails on is refused, named (the user's
+    file); a stray of another size only leaves the queue unloaded (no refusal) and repair leaves it alone."""
+    odd = _log(store, 0, "notes.txt")
+    odd.write_bytes(_log(store, 0, "00000000000000000000").read_bytes())
     r = run("repair", store, "--apply", "-q")
     assert r.exit_code == 2
     assert "compaction/compactionLog/C/0/notes.txt: not a numeric file name" in r.output
-    assert "not a file RocketMQ writes there" in r.output
-    assert odd.read_text() == "mine"
+    odd.write_text("mine")
+    r = run("repair", store, "-f", "json", "-q")
+    assert r.exit_code == 0 and odd.read_text() == "mine"
+    assert any(w.startswith("compaction/compactionLog/C/0: the broker leaves this compaction queue unloaded")
+               for w in json.loads(r.stdout)["warnings"])
+
+
+def test_repair_refuses_when_the_leftover_is_the_only_copy(store, tmp_path):
+    """A pass that renamed a sparse-CQ file to ``.delete`` and failed before moving its replacement in: deleting
+    the leftover would leave its log file unpaired (the broker still refuses), so repair refuses, naming it."""
+    cq = store / "compaction" / "compactionCq" / "C" / "1" / "00000000000000000000"
+    cq.rename(cq.with_name(cq.name + ".delete"))
+    before = tree_state(store)
+    r = run("repair", store, "--apply", "-q", "--backup-dir", tmp_path / "bk")
+    assert r.exit_code == 2
+    assert "compaction/compactionLog/C/1/00000000000000000000: a log file without its sparse consume queue" in r.output
+    assert tree_state(store) == before and not (tmp_path / "bk").exists()
+
+
+L, Q = Path("compaction/compactionLog/C"), Path("compaction/compactionCq/C")
+
+
+def _nth(d: Path, i: int) -> Path:
+    return sorted(d.iterdir())[i]
+
+
+#: damage to the compaction store -> whether RocketMQ 5.3.3's load() fails on it (each seen with 533/run)
+LOAD_CASES = {
+    "last sparse-CQ file gone (the log is cut after its last unit)": (lambda s: _nth(s / Q / "1", -1).unlink(), False),
+    "first sparse-CQ file gone (its log file unpaired)": (lambda s: _nth(s / Q / "1", 0).unlink(), True),
+    "a log file gone (its sparse-CQ file unpaired)": (lambda s: _nth(s / L / "0", 0).unlink(), True),
+    "a small stray file (the queue is left unloaded)": (lambda s: (s / L / "0" / "notes.txt").write_text("x"), False),
+    "a full-size stray file (Long.parseLong throws)": (
+        lambda s: (s / L / "0" / "notes.txt").write_bytes(_nth(s / L / "0", 0).read_bytes()), True),
+    "a queue folder that is no queue id": (lambda s: (s / L / "x").mkdir(), True),
+    "a log folder without its sparse-CQ folder": (lambda s: (s / L / "7").mkdir(), False),
+    "a log file of another size": (lambda s: _nth(s / L / "0", 0).open("ab").write(b"\0"), False),
+    "a zero-length last sparse-CQ file (deleted)": (lambda s: (s / Q / "1" / ("9" * 20)).write_bytes(b""), False),
+}
+
+
+@pytest.mark.parametrize("case", list(LOAD_CASES))
+def test_verify_predicts_rocketmqs_load_of_the_compaction_store(case, store, tmp_path):
+    """``CompactionStore.load`` (``broker.compaction_load``): a name ``Integer/Long.parseLong`` rejects or a file
+    without its partner after the load's truncation makes the broker's load() fail; a missing folder or a file of
+    another size leaves only that queue unloaded. verify predicted a normal start for unpaired files and a refusal
+    for any stray name."""
+    mutate, refuses = LOAD_CASES[case]
+    mutate(store)
+    doc = json.loads(run("verify", store, "-f", "json", "-q").stdout)
+    assert (doc["recovery"]["mode"] == "refuses_to_start") is refuses, doc["recovery"]["load_errors"]
+    errors = [f for f in doc["findings"] if f["kind"].startswith("compaction") and f["severity"] == "error"]
+    assert bool([f for f in errors if f["kind"] == "compaction_files_mismatch"]) is (refuses and "unpaired" in case)
+    from oracle.harness import load, unavailable_reason
+
+    if unavailable_reason("533") is None:  # RocketMQ's own verdict where the oracle is
+        import shutil
+
+        r = recipe(NAME)
+        args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
+        info = next(m for m in load("533", shutil.copytree(store, tmp_path / "copy"), args)
+                    if m["type"] == "store_info")
+        assert info["load_ok"] is not refuses
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 1 << 14])
+def test_the_loads_log_cut_is_the_same_at_any_read_size(chunk, store, monkeypatch):
+    """The sparse-CQ units behind the load's log cut are read a chunk at a time (memory bounded whatever the
+    file's size): the same cut whatever the chunk."""
+    import rmqdump.broker.compaction_load as cl
+
+    _nth(store / Q / "1", -1).unlink()
+    monkeypatch.setattr(cl, "_CHUNK_UNITS", chunk)
+    got = cl.compaction_load(store)
+    assert (got.refusals, got.unloaded) == ([], [])
+    assert got.deleted == ["compaction/compactionLog/C/1/00000000000000006624"]
+    units = [u.entry for u in open_compaction(store).queues[("C", 1)].units()]
+    last = [e for e in units if e.commit_log_offset >= 0 and e.size > 0][-1]
+    assert cl._max_offset_in_log(store / Q / "1", _nth(store / Q / "1", -1).name, 368) == \
+        last.commit_log_offset + last.size

@@ -200,7 +200,7 @@ def _queue_dirs(base: Path) -> dict[tuple[str, int], Path]:
 
 def stray_files(root: str | os.PathLike) -> list[Path]:
     """Files in the compaction log and sparse CQ queue folders whose names are not file offsets (a pass's
-    ``.delete`` left behind): the 5.x compaction store's load parses every name there and fails on them."""
+    ``.delete`` left behind; what the broker's load does with them: :mod:`rmqdump.broker.compaction_load`)."""
     d = Path(root) / COMPACTION_DIR
     out: list[Path] = []
     for base in (d / LOG_DIR, d / CQ_DIR):

@@ -102,11 +102,14 @@ Controller-mode epochs (``epoch_checks``; ``epochFileCheckpoint`` + ``.bak``, re
   (warning) records after the checkpoint's confirmPhyOffset (a truncated slave's stale bytes, #10666);
   ``epoch_bak_bad``, ``epoch_bak_differs`` (info)
 5.x compaction store (``compaction_checks``; ``compaction/``: compacted records, sparse CQ, position-checkpoint):
-  ``compaction_files_mismatch``, ``compaction_log_damaged``, ``compaction_record_misplaced``,
+  ``compaction_files_mismatch`` (error when the broker's load fails on it: see ``broker.compaction_load``;
+  warning when the broker leaves the queue unloaded; info when the load ignores it), ``compaction_log_damaged``,
+  ``compaction_record_misplaced``,
   ``compaction_cq_dangling``, ``compaction_record_mismatch`` (differs from the commitlog record of its queue
   offset), ``compaction_record_missing`` (a record compaction keeps is absent), ``compaction_unreadable``
   (error); ``compaction_position_bad`` (error; warning when the .bak rescues it), ``compaction_record_unindexed``,
-  ``compaction_key_missing`` (warning); ``compaction_lag`` (info)
+  ``compaction_key_missing``, ``compaction_queue_unloaded`` (warning: the broker's load skips the queue: no
+  ``compactionCq`` folder, a file of another size); ``compaction_lag`` (info)
 Recovery:
   ``recovery_truncates`` (error)  the broker would drop records at startup
   ``recovery_refuses_start`` (error)  the broker's load() would fail

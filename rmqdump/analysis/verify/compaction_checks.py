@@ -7,6 +7,7 @@ everything after it)."""
 
 from __future__ import annotations
 
+from rmqdump.broker.compaction_load import CompactionLoad, compaction_load
 from rmqdump.codec.layout import PROPERTY_KEYS, STORE_ABORT_FILE
 from rmqdump.codec.record import Message
 from rmqdump.errors import RmqdumpError
@@ -50,16 +51,27 @@ def _commitlog_records(root, q: CompactionQueue, cache) -> dict[int, Message]:
     return out
 
 
-def _queue_findings(root, q: CompactionQueue, pos: Positions, cache, cap: int) -> list[Finding]:
+def _queue_findings(root, q: CompactionQueue, pos: Positions, cache, cap: int, load: CompactionLoad) -> list[Finding]:
     out: list[Finding] = []
     where = f"{q.topic}/{q.queue_id}"
     logs, cqs = {p.name for p in q.log_files}, {p.name for p in q.cq_files}
+    refused = {rel for rel, _ in load.refusals}
+    unloaded = dict(load.unloaded)
     for name in sorted(logs ^ cqs):
         has = "log" if name in logs else "sparse consume queue"
-        out.append(Finding(ERROR, "compaction_files_mismatch", _rel(root, (q.log_dir if name in logs else q.cq_dir)
-                                                                      / name), None,
-                           f"{where}: a {has} file {name} without its partner: the broker's CompactionLog load "
-                           "throws (sanityCheck) and the queue's compaction log is not served"))
+        rel = _rel(root, (q.log_dir if name in logs else q.cq_dir) / name)
+        if rel in load.deleted:
+            continue  # the load cuts the log after the last unit: compaction_record_unindexed says what it loses
+        why = next((w for d, w in unloaded.items() if rel.startswith(d + "/")), None)
+        if rel in refused:
+            sev, then = ERROR, ("CompactionLog's sanityCheck throws and the store's load() fails: the broker does "
+                                "not start")
+        elif why is not None:
+            sev, then = WARNING, f"the broker does not load this queue ({why})"
+        else:
+            sev, then = INFO, "the broker's load ignores it"
+        out.append(Finding(sev, "compaction_files_mismatch", rel, None,
+                           f"{where}: a {has} file {name} without its partner: {then}"))
     recs: dict[int, tuple[str, Message]] = {}
     writing = None  # the first queue offset in the last (writing) log file: a pass compacts the files before it
     for n, p in enumerate(q.log_files):
@@ -174,9 +186,14 @@ def check_compaction(store, cache, max_per_kind: int = 20) -> list[Finding]:
         return []
     root = store.root
     out = _position_findings(root, comp.positions)
+    load = compaction_load(root)
+    for rel, why in load.unloaded:
+        out.append(Finding(WARNING, "compaction_queue_unloaded", rel, None,
+                           f"the broker leaves this queue's compaction log unloaded ({why}): consumers of the "
+                           "compacted topic are not served from it"))
     for q in comp.queues.values():
         try:
-            out += _queue_findings(root, q, comp.positions, cache, max_per_kind)
+            out += _queue_findings(root, q, comp.positions, cache, max_per_kind, load)
         except (RmqdumpError, OSError) as e:
             out.append(Finding(ERROR, "compaction_unreadable", _rel(root, q.log_dir), None,
                                f"{q.topic}/{q.queue_id}: {e}"))

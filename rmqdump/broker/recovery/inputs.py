@@ -85,16 +85,13 @@ def load_problems(store: Store, version: str = VERSION_49, repairable_ok: bool =
             out.append(f"{STORE_COMMITLOG_DIR}/{name}: not a numeric file name up to Long.MAX_VALUE "
                        "(Long.parseLong throws at load)")
     if version == VERSION_53 and store.root is not None:
-        from rmqdump.store.compaction import left_for_deletion, stray_files
+        from rmqdump.broker.compaction_load import compaction_load
+        from rmqdump.store.compaction import left_for_deletion
 
-        for p in stray_files(store.root):
-            leftover = left_for_deletion(p)
-            if repairable_ok and leftover:
-                continue
-            out.append(f"{p.relative_to(store.root).as_posix()}: not a numeric file name (the compaction "
-                       "store's load fails on it: Long.parseLong throws; " +
-                       ("a compaction pass left it for deletion: rmqdump repair deletes it)" if leftover else
-                        "not a file RocketMQ writes there)"))
+        for rel, why in compaction_load(store.root, skip_leftovers=repairable_ok).refusals:
+            hint = ("; a compaction pass left it for deletion: rmqdump repair deletes it"
+                    if left_for_deletion(store.root / rel) else "")
+            out.append(f"{rel}: {why}: the compaction store's load fails{hint}")
     return out
 
 

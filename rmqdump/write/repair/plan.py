@@ -56,6 +56,11 @@ def _compaction_leftovers(root: Path, plan: RepairPlan) -> None:
                "); RocketMQ 5.x refuses to load a store holding it")
         plan.changes.append(Change("delete", rel, group="compaction", why=why))
         plan.step("compaction", "delete", file=rel, replaced=replaced, detail=why)
+    from rmqdump.broker.compaction_load import compaction_load
+
+    for rel, why in compaction_load(root, skip_leftovers=True).unloaded:
+        plan.warnings.append(f"{rel}: the broker leaves this compaction queue unloaded ({why}); repair leaves it "
+                             "as it is")
 
 
 def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, rebuild_cq: bool = False,
