@@ -56,6 +56,7 @@ from rmqdump.store.timer import (
     load_timer_metrics,
     read_timer_checkpoint,
     read_wheel,
+    timer_metrics_load_fails,
 )
 
 PENDING, DELIVERED, EXPIRED, ORPHANED, DROPPED = "pending", "delivered", "expired", "orphaned", "dropped"
@@ -301,7 +302,16 @@ def read_timer_state(root: str | os.PathLike, *, now_ms: int, precision_ms: int 
             return None
 
     cp = guarded(f"{STORE_CONFIG_DIR}/{TIMER_CHECK_FILE}", lambda: read_timer_checkpoint(r / STORE_CONFIG_DIR / TIMER_CHECK_FILE))
+    before = len(problems)
     metrics = guarded(f"{STORE_CONFIG_DIR}/timermetrics", lambda: load_timer_metrics(r))
+    if len(problems) > before:  # neither config/timermetrics nor its .bak decodes (ConfigManager.load)
+        kind, file, off, detail = problems[-1]
+        if timer_metrics_load_fails(r):
+            problems[-1] = (kind, file, off, f"{detail}; its .bak does not decode either: TimerMessageStore.load() "
+                                             "fails and the broker does not start")
+        else:
+            problems[-1] = ("timer_metrics_lost", file, off, f"{detail}; no .bak holds a copy: the broker starts "
+                                                             "with empty timer metrics")
     wheel = guarded(STORE_TIMERWHEEL_FILE, lambda: read_wheel(r / STORE_TIMERWHEEL_FILE))
     log = guarded(STORE_TIMERLOG_DIR, lambda: TimerLog.open(r / STORE_TIMERLOG_DIR)) \
         if (r / STORE_TIMERLOG_DIR).is_dir() else None

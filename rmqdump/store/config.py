@@ -310,6 +310,29 @@ def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] =
     return Loaded(None, main if raw is not None else None)
 
 
+def load_fails(path: str | os.PathLike, decode: Callable[[Any, Path], Any] = lambda v, p: v) -> bool:
+    """Whether ``ConfigManager.load`` returns false for ``path`` (the broker does not start): only when the main
+    file is missing, empty or bad and its ``.bak`` holds bytes that do not decode. A missing or empty ``.bak``
+    loads as nothing: the broker starts with an empty table."""
+    main = Path(path)
+    try:
+        raw = read_config_bytes(main)
+        if raw:
+            decode(parse_fastjson(raw, main), main)
+            return False
+    except (FormatError, StoreError):
+        pass
+    bak = main.with_name(main.name + BAK_SUFFIX)
+    bak_raw = _read_quietly(bak)
+    if not bak_raw:
+        return False
+    try:
+        decode(parse_fastjson(bak_raw, bak), bak)
+    except (FormatError, StoreError):
+        return True
+    return False
+
+
 def _read_quietly(path: Path) -> bytes | None:
     try:
         return read_config_bytes(path)

@@ -58,6 +58,7 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
         decode_subscription_groups,
         decode_topics,
         load_config_file,
+        load_fails,
         parse_fastjson,
     )
 
@@ -100,13 +101,15 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
             ok = res.used_backup
         except RmqdumpError:
             ok = False
+        then = " — the broker falls back to .bak"
+        if not ok:
+            then = (" and its .bak does not decode either: ConfigManager.load fails and the broker does not start"
+                    if load_fails(cdir / name, dec) else
+                    " and no .bak holds a copy: the broker starts with this table empty (what it held is lost)")
         if err is None:
-            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, None,
-                               "empty file" + (" — the broker falls back to .bak" if ok else " and no usable .bak")))
+            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, None, "empty file" + then))
         else:
-            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, err.offset,
-                               err.message + (" — the broker falls back to .bak" if ok
-                                              else " and the .bak copy is unusable too")))
+            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, err.offset, err.message + then))
     return out, loaded
 
 

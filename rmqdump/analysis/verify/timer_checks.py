@@ -3,8 +3,12 @@ start. Every finding names something the broker acts on:
 
 * ``timer_wheel_size`` (error): a ``timerwheel`` of another non-zero length than 38,707,200 bytes: the
   ``TimerWheel`` constructor throws, the broker does not start;
-* ``timer_log_files`` (error): timerlog files of unequal sizes or with gaps: ``MappedFileQueue.load`` fails;
-* ``timer_unreadable`` (error): a timer file rmqdump cannot read;
+* ``timer_log_files`` (error): timerlog files of unequal sizes or with gaps, or a file whose name is no offset:
+  ``MappedFileQueue.load`` fails (or throws) and the broker does not start;
+* ``timer_unreadable`` (error): a timer file rmqdump cannot read (``config/timermetrics`` and its ``.bak`` both
+  undecodable: ``TimerMetrics.load`` fails and the broker does not start);
+* ``timer_metrics_lost`` (warning): ``config/timermetrics`` undecodable and no ``.bak`` holds a copy: the broker
+  starts with empty timer metrics;
 * ``timer_log_damaged`` (warning): bytes that are no unit before the end of a timerlog file's units; the
   broker's recovery truncates the timerlog there when it scans that file;
 * ``timer_unit_beyond_commitlog`` (error; apache/rocketmq #10668): a unit to deliver whose commitlog record
@@ -59,7 +63,7 @@ from rmqdump.store.checkpoint import ms_to_iso
 _CHAIN_KINDS = {"dangling": "timer_slot_dangling", "loop": "timer_chain_loop", "cross": "timer_chain_crosses_slot",
                 "first": "timer_slot_first"}
 READ_TIME_SLACK_MS = 60_000  # clocks of the broker and of this machine may differ a little
-_PROBLEM_SEVERITY = {"timer_unreadable": ERROR, "timer_log_files": ERROR}
+_PROBLEM_SEVERITY = {"timer_unreadable": ERROR, "timer_log_files": ERROR, "timer_metrics_lost": WARNING}
 
 
 def _slot_file_pos(index: int) -> int:

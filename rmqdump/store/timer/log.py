@@ -23,11 +23,19 @@ from rmqdump.codec.layout import (
     TIMER_MAGIC_KNOWN,
     TIMER_MAGIC_ROLL,
 )
+from rmqdump.disk.segment import java_parses_name
 from rmqdump.errors import FormatError, StoreError
 from rmqdump.store.timer._io import RegularFile
 
 _NAME = re.compile(rf"[0-9]{{{FILE_NAME_DIGITS}}}")
 _CHUNK_UNITS = 20_000  # units read per pread (~1 MiB)
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +158,15 @@ class TimerLog:
             names = sorted(os.listdir(p))
         except OSError as e:
             raise StoreError(f"cannot list: {e.strerror}", p) from None
-        for n in names:
-            if not _NAME.fullmatch(n):
-                continue
+        for i, n in enumerate(names):
             fp = p / n
+            if not _NAME.fullmatch(n):
+                if not java_parses_name(n) and fp.is_file() and not (i == len(names) - 1 and _size(fp) == 0):
+                    # MappedFileQueue.load: its size differs (load() false) or Long.parseLong throws
+                    log.problems.append((n, None, "not a timerlog file name: the broker's MappedFileQueue.load "
+                                                  "fails on it (its size differs, or Long.parseLong throws): "
+                                                  "TimerMessageStore.load() fails and the broker does not start"))
+                continue
             if fp.is_symlink() or not fp.is_file():
                 log.problems.append((n, None, "not a regular file; not read"))
                 continue
@@ -164,7 +177,9 @@ class TimerLog:
         for i, f in enumerate(log.files):
             if f.size != log.file_size:
                 log.problems.append((f.name, None, f"{f.size} bytes where the other timerlog files have "
-                                                   f"{log.file_size}: the broker's MappedFileQueue.load fails"))
+                                                   f"{log.file_size}: the broker's MappedFileQueue.load fails "
+                                                   "(TimerMessageStore.load() fails and the broker does not "
+                                                   "start)"))
             elif log.file_size and f.start != log.files[0].start + i * log.file_size:
                 log.problems.append((f.name, None, f"starts at {f.start}, expected "
                                                    f"{log.files[0].start + i * log.file_size} (a gap or overlap)"))

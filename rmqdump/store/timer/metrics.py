@@ -10,7 +10,7 @@ from typing import Any
 
 from rmqdump.codec.layout import STORE_CONFIG_DIR, TIMER_METRICS_FILE
 from rmqdump.errors import FormatError
-from rmqdump.store.config import load_config_file
+from rmqdump.store.config import load_config_file, load_fails
 
 
 @dataclass
@@ -48,4 +48,9 @@ def load_timer_metrics(store_root: str | os.PathLike) -> TimerMetrics | None:
     return loaded.data
 
 
-__all__ = ["TimerMetrics", "load_timer_metrics"]
+def timer_metrics_load_fails(store_root: str | os.PathLike) -> bool:
+    """Whether ``TimerMetrics.load`` (a ``ConfigManager``) returns false: the broker does not start."""
+    return load_fails(Path(store_root) / STORE_CONFIG_DIR / TIMER_METRICS_FILE, _decode)
+
+
+__all__ = ["TimerMetrics", "load_timer_metrics", "timer_metrics_load_fails"]
