@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqdump.broker.recovery.inputs import VERSION_53
-from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, STORE_BATCH_CONSUMEQUEUE_DIR
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.store.consumequeue.entries import leading_valid_units
@@ -47,27 +47,33 @@ class CqProblem(str):
     message: str
     fatal: bool
     zero_last: bool
+    five_x: bool
 
-    def __new__(cls, file: str, message: str, fatal: bool, zero_last: bool = False) -> CqProblem:
+    def __new__(cls, file: str, message: str, fatal: bool, zero_last: bool = False,
+                five_x: bool = False) -> CqProblem:
         obj = super().__new__(cls, f"{file}: {message}")
-        obj.file, obj.message, obj.fatal, obj.zero_last = file, message, fatal, zero_last
+        obj.file, obj.message, obj.fatal, obj.zero_last, obj.five_x = file, message, fatal, zero_last, five_x
         return obj
 
     def refuses(self, version: str) -> bool:
         """Whether the broker's ``load()`` fails on it: fatal, but for a zero-length last file on 5.x (it
-        deletes it; RocketMQ 5.3.3 loads such stores)."""
+        deletes it; RocketMQ 5.3.3 loads such stores) and for a 5.x-only file (BatchCQ) on 4.9."""
+        if self.five_x and version != VERSION_53:
+            return False
         return self.fatal and not (version == VERSION_53 and self.zero_last)
 
-    def __getnewargs__(self) -> tuple[str, str, bool, bool]:
-        return self.file, self.message, self.fatal, self.zero_last
+    def __getnewargs__(self) -> tuple[str, str, bool, bool, bool]:
+        return self.file, self.message, self.fatal, self.zero_last, self.five_x
 
 
 def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem]]:
     """Every consume queue after the broker's CQ recovery, plus load problems found on the way."""
     problems: list[CqProblem] = []
     root = store.root
-    if root is None or store.path("consumequeue") is None:
+    if root is None:
         return [], problems
+    if store.path("consumequeue") is None:
+        return [], _batch_problems(root)
     from rmqdump.store.consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
 
     try:
@@ -91,9 +97,7 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
             elif cq.file_size and f.start % cq.file_size:
                 problems.append(CqProblem(f"{label}/{f.path.name}", f"start offset {f.start} is not a multiple of "
                                           f"the file size {cq.file_size}", False))
-        for s in cq.stray_files:
-            problems.append(CqProblem(f"{label}/{s.name}", "not a numeric mapped-file name: the broker's load "
-                                      "fails on it", True))
+        problems += _stray_problems(label, cq.path, cq.stray_files)
         for a, b in cq.missing_files():
             problems.append(CqProblem(label, f"files missing for bytes [{a}, {b}): queue offsets "
                                       f"{a // 20}..{b // 20 - 1} have no entries", False))
@@ -110,7 +114,46 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
             continue
         states.append(QueueState(ref.topic, ref.queue_id, ref.path, kept, cq.file_size, end, maxphy,
                                  cq.files[0].start // 20, beyond, cq))
-    return states, problems
+    return states, problems + _batch_problems(root)
+
+
+#: a :class:`CqProblem`'s message for a file in a queue folder that is no mapped file
+STRAY_MESSAGE = "not a numeric mapped-file name: the broker's load fails on it"
+
+
+def _stray_problems(label: str, qdir: Path, strays: list[Path], five_x: bool = False) -> list[CqProblem]:
+    """A queue folder's files that are no mapped file: ``MappedFileQueue.load`` fails on each (its size differs,
+    or ``Long.parseLong`` throws), but 5.x deletes a zero-length last one (sub-folders count in that order)."""
+    if not strays:
+        return []
+    try:
+        last = max(os.listdir(qdir))
+    except (OSError, ValueError):
+        last = None
+    out = []
+    for s in strays:
+        try:
+            zero = s.name == last and not s.is_dir() and s.stat().st_size == 0
+        except OSError:
+            zero = False
+        out.append(CqProblem(f"{label}/{s.name}", STRAY_MESSAGE, True, zero, five_x))
+    return out
+
+
+def _batch_problems(root: Path) -> list[CqProblem]:
+    """The 5.x BatchConsumeQueue files the broker's load fails on (4.9 never reads ``batchconsumequeue/``)."""
+    from rmqdump.store.consumequeue.batch import open_batch_queues
+
+    out: list[CqProblem] = []
+    for (topic, qid), q in open_batch_queues(root).items():
+        label = f"{STORE_BATCH_CONSUMEQUEUE_DIR}/{topic}/{qid}"
+        for f in q.files:
+            if q.file_size and f.size != q.file_size:
+                out.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
+                                     f"{q.file_size}: the broker refuses to load it", True,
+                                     f.size == 0 and f is q.files[-1], True))
+        out += _stray_problems(label, q.path, q.stray_files, five_x=True)
+    return out
 
 
 def _units(cq, start: int, stop: int | None = None):

@@ -1,0 +1,85 @@
+"""Whether RocketMQ 5.3.3's ``DefaultMessageStore.load()`` succeeds with odd entries in its queue folders
+(``consumequeue/`` and the 5.x ``batchconsumequeue/``): ``MappedFileQueue.load`` skips sub-folders, deletes a
+zero-length last file and fails on any other file that is no mapped file (its size differs, or ``Long.parseLong``
+throws); a queue folder that is no int is skipped. verify predicted a normal start for a stray file in a
+BatchConsumeQueue folder (it never looked there). Judged by ``533/run`` where the oracle is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from oracle_fixtures import copy_store, recipe
+
+from rmqdump.cli import cli
+
+NAME = "533-batchcq"
+B, C = Path("batchconsumequeue/BCQ"), Path("consumequeue/TopicA")
+
+
+def _first(d: Path) -> Path:
+    return sorted(d.iterdir())[0]
+
+
+#: an entry added to a queue folder -> whether RocketMQ 5.3.3's load() fails on it (each seen with 533/run)
+CASES = {
+    "a small stray file in a BatchCQ queue": (lambda s: (s / B / "0" / "junk").write_bytes(b"x"), True),
+    "a full-size stray file in a BatchCQ queue": (
+        lambda s: (s / B / "0" / "junk").write_bytes(_first(s / B / "0").read_bytes()), True),
+    "a zero-length last file in a BatchCQ queue, its name no offset": (
+        lambda s: (s / B / "0" / ("9" * 20)).write_bytes(b""), False),
+    "a BatchCQ queue folder that is no int": (lambda s: (s / B / "x").mkdir(), False),
+    "a small stray file in a consume queue": (lambda s: (s / C / "0" / "junk").write_bytes(b"x"), True),
+    "a zero-length last file in a consume queue, its name no offset": (
+        lambda s: (s / C / "0" / "zz").write_bytes(b""), False),
+    "a zero-length stray file before a sub-folder": (
+        lambda s: ((s / C / "0" / "zz").write_bytes(b""), (s / C / "0" / "zzz").mkdir()), True),
+    "a sub-folder in a consume queue": (lambda s: (s / C / "0" / "sub").mkdir(), False),
+    "a consume queue folder that is no int": (lambda s: (s / C / "x").mkdir(), False),
+}
+
+
+def _verify(store: Path, *extra: str) -> dict:
+    return json.loads(CliRunner().invoke(cli, ["verify", str(store), "-f", "json", "-q", *extra]).stdout)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_verify_predicts_rocketmqs_load_of_queue_folders(case, tmp_path):
+    store = copy_store(NAME, tmp_path / "s")
+    mutate, refuses = CASES[case]
+    mutate(store)
+    rec = _verify(store)["recovery"]
+    assert (rec["mode"] == "refuses_to_start") is refuses, rec["load_errors"]
+    from oracle.harness import load, unavailable_reason
+
+    if unavailable_reason("533") is None:  # RocketMQ's own verdict where the oracle is
+        r = recipe(NAME)
+        args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
+        info = next(m for m in load("533", shutil.copytree(store, tmp_path / "copy"), args)
+                    if m["type"] == "store_info")
+        assert info["load_ok"] is not refuses
+
+
+def test_a_4_9_broker_never_reads_batch_consume_queues(tmp_path):
+    """BatchCQ is 5.x only: under the 4.9 model a stray file there stops nothing."""
+    store = copy_store(NAME, tmp_path / "s")
+    (store / B / "0" / "junk").write_bytes(b"x")
+    assert _verify(store, "--broker-version", "5.3")["recovery"]["mode"] == "refuses_to_start"
+    assert _verify(store, "--broker-version", "4.9")["recovery"]["mode"] != "refuses_to_start"
+
+
+@pytest.mark.parametrize("folder", [C, B])
+def test_repair_refuses_a_stray_the_broker_fails_on(folder, tmp_path):
+    """repair said "the store needs no repair" (exit 0) of a store whose broker does not start (a stray file in a
+    queue folder, left alone with a warning): it refuses, naming the file, and writes nothing."""
+    store = copy_store(NAME, tmp_path / "s")
+    (store / folder / "0" / "junk").write_bytes(b"x")
+    r = CliRunner().invoke(cli, ["repair", str(store), "--apply", "-q"])
+    assert r.exit_code == 2
+    assert f"{folder.as_posix()}/0/junk: not a mapped file" in r.output and "move it out of the store" in r.output
+    assert (store / folder / "0" / "junk").read_bytes() == b"x"
+    (store / folder / "0" / "junk").write_bytes(b"")  # a zero-length last file: 5.x deletes it, no refusal
+    assert CliRunner().invoke(cli, ["repair", str(store), "-q"]).exit_code == 0
