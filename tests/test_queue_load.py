@@ -1,8 +1,9 @@
-"""Whether RocketMQ 5.3.3's ``DefaultMessageStore.load()`` succeeds with odd entries in its queue folders
-(``consumequeue/`` and the 5.x ``batchconsumequeue/``): ``MappedFileQueue.load`` skips sub-folders, deletes a
-zero-length last file and fails on any other file that is no mapped file (its size differs, or ``Long.parseLong``
-throws); a queue folder that is no int is skipped. verify predicted a normal start for a stray file in a
-BatchConsumeQueue folder (it never looked there). Judged by ``533/run`` where the oracle is."""
+"""Whether RocketMQ's ``DefaultMessageStore.load()`` succeeds with odd entries in its queue folders
+(``consumequeue/`` and the 5.x ``batchconsumequeue/``): 5.3.3's ``MappedFileQueue.load`` skips sub-folders,
+deletes a zero-length last file and fails on any other file that is no mapped file (its size differs, or
+``Long.parseLong`` throws); 4.9.8's fails on a sub-folder and on an empty file too; a queue folder that is no int
+is skipped. verify predicted a normal start for a stray file in a BatchConsumeQueue folder (it never looked
+there) and for a sub-folder under 4.9. Judged by ``533/run`` / ``498/run`` where the oracle is."""
 
 from __future__ import annotations
 
@@ -40,25 +41,34 @@ CASES = {
     "a sub-folder in a consume queue": (lambda s: (s / C / "0" / "sub").mkdir(), False),
     "a consume queue folder that is no int": (lambda s: (s / C / "x").mkdir(), False),
 }
+#: the same questions to RocketMQ 4.9.8 (its MappedFileQueue.load neither skips folders nor deletes empty files)
+C49 = Path("consumequeue/TopicB")
+CASES_49 = {
+    "a sub-folder in a consume queue": (lambda s: (s / C49 / "0" / "sub").mkdir(), True),
+    "a zero-length last file in a consume queue, its name no offset": (
+        lambda s: (s / C49 / "0" / "zz").write_bytes(b""), True),
+    "a consume queue folder that is no int": (lambda s: (s / C49 / "x").mkdir(), False),
+}
 
 
 def _verify(store: Path, *extra: str) -> dict:
     return json.loads(CliRunner().invoke(cli, ["verify", str(store), "-f", "json", "-q", *extra]).stdout)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_verify_predicts_rocketmqs_load_of_queue_folders(case, tmp_path):
-    store = copy_store(NAME, tmp_path / "s")
-    mutate, refuses = CASES[case]
+@pytest.mark.parametrize(("name", "case"), [(NAME, c) for c in CASES] + [("498-multi-topic", c) for c in CASES_49])
+def test_verify_predicts_rocketmqs_load_of_queue_folders(name, case, tmp_path):
+    store = copy_store(name, tmp_path / "s")
+    mutate, refuses = (CASES if name == NAME else CASES_49)[case]
     mutate(store)
     rec = _verify(store)["recovery"]
     assert (rec["mode"] == "refuses_to_start") is refuses, rec["load_errors"]
     from oracle.harness import load, unavailable_reason
 
-    if unavailable_reason("533") is None:  # RocketMQ's own verdict where the oracle is
-        r = recipe(NAME)
+    version = name[:3]
+    if unavailable_reason(version) is None:  # RocketMQ's own verdict where the oracle is
+        r = recipe(name)
         args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
-        info = next(m for m in load("533", shutil.copytree(store, tmp_path / "copy"), args)
+        info = next(m for m in load(version, shutil.copytree(store, tmp_path / "copy"), args)
                     if m["type"] == "store_info")
         assert info["load_ok"] is not refuses
 
@@ -83,3 +93,10 @@ def test_repair_refuses_a_stray_the_broker_fails_on(folder, tmp_path):
     assert (store / folder / "0" / "junk").read_bytes() == b"x"
     (store / folder / "0" / "junk").write_bytes(b"")  # a zero-length last file: 5.x deletes it, no refusal
     assert CliRunner().invoke(cli, ["repair", str(store), "-q"]).exit_code == 0
+
+
+def test_repair_refuses_a_sub_folder_a_4_9_broker_fails_on(tmp_path):
+    store = copy_store("498-multi-topic", tmp_path / "s")
+    (store / C49 / "0" / "sub").mkdir()
+    r = CliRunner().invoke(cli, ["repair", str(store), "--apply", "-q"])
+    assert r.exit_code == 2 and "consumequeue/TopicB/0/sub: not a mapped file (a folder" in r.output

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqdump.broker.recovery.inputs import VERSION_53
+from rmqdump.broker.recovery.inputs import VERSION_49, VERSION_53
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, STORE_BATCH_CONSUMEQUEUE_DIR
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
@@ -47,23 +47,24 @@ class CqProblem(str):
     message: str
     fatal: bool
     zero_last: bool
-    five_x: bool
+    only: str | None
 
     def __new__(cls, file: str, message: str, fatal: bool, zero_last: bool = False,
-                five_x: bool = False) -> CqProblem:
+                only: str | None = None) -> CqProblem:
         obj = super().__new__(cls, f"{file}: {message}")
-        obj.file, obj.message, obj.fatal, obj.zero_last, obj.five_x = file, message, fatal, zero_last, five_x
+        obj.file, obj.message, obj.fatal, obj.zero_last, obj.only = file, message, fatal, zero_last, only
         return obj
 
     def refuses(self, version: str) -> bool:
         """Whether the broker's ``load()`` fails on it: fatal, but for a zero-length last file on 5.x (it
-        deletes it; RocketMQ 5.3.3 loads such stores) and for a 5.x-only file (BatchCQ) on 4.9."""
-        if self.five_x and version != VERSION_53:
+        deletes it; RocketMQ 5.3.3 loads such stores) and only under the model ``only`` names when it names one
+        (a BatchCQ file: 5.x; a sub-folder: 4.9)."""
+        if self.only is not None and version != self.only:
             return False
         return self.fatal and not (version == VERSION_53 and self.zero_last)
 
-    def __getnewargs__(self) -> tuple[str, str, bool, bool, bool]:
-        return self.file, self.message, self.fatal, self.zero_last, self.five_x
+    def __getnewargs__(self) -> tuple[str, str, bool, bool, str | None]:
+        return self.file, self.message, self.fatal, self.zero_last, self.only
 
 
 def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem]]:
@@ -119,24 +120,27 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
 
 #: a :class:`CqProblem`'s message for a file in a queue folder that is no mapped file
 STRAY_MESSAGE = "not a numeric mapped-file name: the broker's load fails on it"
+#: ... and for a sub-folder there (4.9 reads its length as a file's)
+SUBFOLDER_MESSAGE = "a folder where 4.9 expects only mapped files: its load fails on it (5.x skips it)"
 
 
-def _stray_problems(label: str, qdir: Path, strays: list[Path], five_x: bool = False) -> list[CqProblem]:
-    """A queue folder's files that are no mapped file: ``MappedFileQueue.load`` fails on each (its size differs,
-    or ``Long.parseLong`` throws), but 5.x deletes a zero-length last one (sub-folders count in that order)."""
-    if not strays:
-        return []
+def _stray_problems(label: str, qdir: Path, strays: list[Path], only: str | None = None) -> list[CqProblem]:
+    """A queue folder's entries that are no mapped file: ``MappedFileQueue.load`` fails on each file (its size
+    differs, or ``Long.parseLong`` throws), but 5.x deletes a zero-length last one (sub-folders count in that
+    order); 5.x skips a sub-folder, 4.9 fails on it (a directory's length is not the file size)."""
     try:
-        last = max(os.listdir(qdir))
-    except (OSError, ValueError):
-        last = None
-    out = []
+        names = sorted(os.listdir(qdir))
+    except OSError:
+        names = []
+    out = [] if only == VERSION_53 else [  # 5.x skips them (a 5.x-only folder: none matters)
+        CqProblem(f"{label}/{n}", SUBFOLDER_MESSAGE, True, False, VERSION_49) for n in names if (qdir / n).is_dir()]
+    last = names[-1] if names else None
     for s in strays:
         try:
-            zero = s.name == last and not s.is_dir() and s.stat().st_size == 0
+            zero = s.name == last and s.stat().st_size == 0
         except OSError:
             zero = False
-        out.append(CqProblem(f"{label}/{s.name}", STRAY_MESSAGE, True, zero, five_x))
+        out.append(CqProblem(f"{label}/{s.name}", STRAY_MESSAGE, True, zero, only))
     return out
 
 
@@ -151,8 +155,8 @@ def _batch_problems(root: Path) -> list[CqProblem]:
             if q.file_size and f.size != q.file_size:
                 out.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
                                      f"{q.file_size}: the broker refuses to load it", True,
-                                     f.size == 0 and f is q.files[-1], True))
-        out += _stray_problems(label, q.path, q.stray_files, five_x=True)
+                                     f.size == 0 and f is q.files[-1], VERSION_53))
+        out += _stray_problems(label, q.path, q.stray_files, only=VERSION_53)
     return out
 
 

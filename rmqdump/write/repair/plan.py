@@ -82,7 +82,7 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         cq_truncation,
         predict_recovery_auto,
     )
-    from rmqdump.broker.recovery.queues import STRAY_MESSAGE
+    from rmqdump.broker.recovery.queues import STRAY_MESSAGE, SUBFOLDER_MESSAGE
     from rmqdump.codec.msgid import format_host
     from rmqdump.store.consumequeue import check_not_rocksdb, infer_store_cq_file_size
     from rmqdump.store.indexfile import IndexFile, infer_geometry, list_index_files
@@ -115,11 +115,11 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.warnings.append(f"recovery modelled as broker {pred.version}.x: {model}")
     plan.mode, plan.reason = pred.mode, pred.reason
     plan.warnings += cq_problems
-    strays = [p for p in cq_problems if p.message == STRAY_MESSAGE and p.refuses(pred.version)]
+    strays = [p for p in cq_problems if p.message in (STRAY_MESSAGE, SUBFOLDER_MESSAGE) and p.refuses(pred.version)]
     if strays:  # not a file RocketMQ leaves: the user's to move (repair fixes files of the wrong size)
-        plan.blocked = (f"{strays[0].file}: not a mapped file (its name is no offset): the broker's load fails on "
-                        "it and the broker does not start; move it out of the store (repair removes only files "
-                        "RocketMQ itself leaves behind)"
+        plan.blocked = (f"{strays[0].file}: not a mapped file (a folder, or a name that is no offset): the "
+                        "broker's load fails on it and the broker does not start; move it out of the store (repair "
+                        "removes only files RocketMQ itself leaves behind)"
                         + (f"; {len(strays) - 1} more such file(s)" if len(strays) > 1 else ""))
         return plan
     regrow = None  # (segment, its restored length): a commitlog file cut short where recovery ends
