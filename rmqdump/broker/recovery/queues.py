@@ -129,12 +129,13 @@ def _stray_problems(label: str, qdir: Path, strays: list[Path], only: str | None
     differs, or ``Long.parseLong`` throws), but 5.x deletes a zero-length last one (sub-folders count in that
     order); 5.x skips a sub-folder, 4.9 fails on it (a directory's length is not the file size)."""
     try:
-        names = sorted(os.listdir(qdir))
+        with os.scandir(qdir) as it:  # d_type: no stat per entry
+            entries = {e.name: e.is_dir() for e in it}
     except OSError:
-        names = []
+        entries = {}
     out = [] if only == VERSION_53 else [  # 5.x skips them (a 5.x-only folder: none matters)
-        CqProblem(f"{label}/{n}", SUBFOLDER_MESSAGE, True, False, VERSION_49) for n in names if (qdir / n).is_dir()]
-    last = names[-1] if names else None
+        CqProblem(f"{label}/{n}", SUBFOLDER_MESSAGE, True, False, VERSION_49) for n in sorted(entries) if entries[n]]
+    last = max(entries) if entries else None
     for s in strays:
         try:
             zero = s.name == last and s.stat().st_size == 0
