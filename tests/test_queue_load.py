@@ -100,3 +100,18 @@ def test_repair_refuses_a_sub_folder_a_4_9_broker_fails_on(tmp_path):
     (store / C49 / "0" / "sub").mkdir()
     r = CliRunner().invoke(cli, ["repair", str(store), "--apply", "-q"])
     assert r.exit_code == 2 and "consumequeue/TopicB/0/sub: not a mapped file (a folder" in r.output
+
+
+def test_repair_refuses_batch_records_only_the_brokers_recovery_would_dispatch(tmp_path):
+    """A crash before the dispatch wrote a BatchCQ topic's units: the broker's own (abnormal) recovery of the
+    store dispatches them; repair, which cannot write those units, removed the abort and raised the queues' end,
+    so the repaired store's recovery never would (seen in CI: RocketMQ 5.3.3 read them back before the repair,
+    verify found them undispatched after). It refuses, writing nothing."""
+    store = copy_store(NAME, tmp_path / "s")
+    for f in (store / B / "0").iterdir():
+        f.unlink()
+    (store / "abort").write_text("")
+    before = sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*") if p.is_file())
+    r = CliRunner().invoke(cli, ["repair", str(store), "--apply", "-q"])
+    assert r.exit_code == 2 and "have no BatchConsumeQueue unit, which rmqdump cannot write" in r.output
+    assert sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*") if p.is_file()) == before

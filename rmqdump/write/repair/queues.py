@@ -188,6 +188,10 @@ def _topic_alive(root: Path):
     return lambda topic: topic in topics or topic.startswith(LMQ_PREFIX)
 
 
+#: why repair refuses a store whose BatchCQ records only the broker's own recovery would dispatch
+BATCH_CQ_UNWRITTEN = "BatchConsumeQueue units are not written by rmqdump"
+
+
 def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan: RepairPlan, use_mmap: bool,
                 delay_levels_ms, filler_offsets: set[int], cq_truncation) -> list[Change]:
     from rmqdump.codec.record import Message
@@ -227,6 +231,7 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
     batch_topics = batch_cq_topics(root)
     batch_queues = open_batch_queues(root) if batch_topics else {}
     undispatched_batch: dict[tuple[str, int], int] = {}
+    brokers_own = 0  # of those, records the broker's own recovery of the store as it is would dispatch
     # the records a queue already holds (below its maxPhysicOffset) are skipped by the compiled walk unseen
     built = {key: ed.max_phys for key, ed in edits.items()
              if ed is not None and ed.max_phys >= 0 and not ed.holes and key[0] not in batch_topics
@@ -242,6 +247,8 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
             bq = batch_queues.get(key)
             if bq is None or rec.offset + rec.size > bq.max_physic_end:
                 undispatched_batch[key] = undispatched_batch.get(key, 0) + 1
+                if rec.offset >= dispatch_from:
+                    brokers_own += 1
             continue
         try:
             tags = dispatch_tags_code(rec.topic, rec.properties, rec.store_timestamp, delay_levels_ms)
@@ -267,6 +274,13 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
         plan.warnings.append(f"batchconsumequeue/{topic}/{qid}: {n} record(s) of this BatchCQ topic have no "
                              "BatchConsumeQueue unit; rmqdump does not write BatchConsumeQueue units (not "
                              "supported), nothing dispatched for them")
+    if brokers_own:
+        # the repaired store's recovery would start past them (a repair ends in a normal recovery from the queues'
+        # new end): they would never be dispatched, where the broker's own recovery of this store dispatches them
+        plan.blocked = (f"{brokers_own} record(s) of BatchCQ topics have no BatchConsumeQueue unit, which rmqdump "
+                        f"cannot write ({BATCH_CQ_UNWRITTEN}); the broker's own recovery of the store as it is "
+                        "dispatches them and a repaired store's would not: start the broker on it first, then "
+                        "repair what remains")
     out: list[Change] = []
     for ed in edits.values():
         if ed is None:
