@@ -44,13 +44,13 @@ from rmqdump.write.writer import ensure_store_dir
 def _compaction_leftovers(root: Path, plan: RepairPlan) -> None:
     """Delete the ``<offset>.delete`` files compaction passes left (RocketMQ 5.x's load fails on their names; the
     pass meant to destroy them once their replacement was in place); the backup keeps their bytes."""
-    from rmqdump.store.compaction import left_for_deletion, stray_files
+    from rmqdump.store.compaction import DELETE_SUFFIX, left_for_deletion, stray_files
 
     for p in stray_files(root):
         if not left_for_deletion(p):
             continue
         rel = p.relative_to(root).as_posix()
-        replaced = p.with_name(p.name[:-len(".delete")]).exists()
+        replaced = p.with_name(p.name[:-len(DELETE_SUFFIX)]).exists()
         why = ("a compaction pass's leftover (" + ("its replacement is in place" if replaced else
                "no file of its offset is in place: the pass failed before moving one in") +
                "); RocketMQ 5.x refuses to load a store holding it")
