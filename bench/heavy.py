@@ -181,7 +181,8 @@ class HeavyRows:
         r2.reference = f"local[1] {res[1]['rows_per_s'] / 1e3:.0f} k rec/s"
         r2.ratio = f"{scale:.2f} x"
         mark(r2, scale >= 1.7)
-        r2.note = f"{self.e2e_bytes // self.spec1k.segment_size} segments = tasks; local[1]: {tasks(res[1])}"
+        r2.note = (f"{self.e2e_bytes // self.spec1k.segment_size} segment(s), cut into ranges on local[2]; "
+                   f"local[1]: {tasks(res[1])}")
 
     # bulk append ---------------------------------------------------------------------------------------------------
     def b_append(self) -> None:

@@ -483,6 +483,28 @@ def test_paths_uris_and_broker_names(spark, tmp_path, monkeypatch):
     assert {r["store"] for r in read_export(tmp_path / "out")} == {str(a)} and out.rows == n
 
 
+def test_export_of_one_segment_runs_ranges_on_every_core(spark, tmp_path, monkeypatch):
+    """Fewer segments than cores: the segment is cut into ranges, one task each; a split point inside a
+    record (fake headers in bodies) is caught by the join and the rest walked again: the rows are scan's."""
+    from test_segment_split import image, segment
+
+    from rmqdump.fast import segment_split as ss
+    from rmqdump.spark import jobs
+
+    monkeypatch.setattr(ss, "SPLIT_MIN_BYTES", 1)  # the driver plans the ranges
+    for name, fake in (("true", False), ("fake", True)):
+        data, _ = image(64 * 1024, fake=fake, seed=3)
+        segment(tmp_path / name, data)
+        tasks: list[dict] = []
+        res = jobs.export(spark, [tmp_path / name], tmp_path / f"out-{name}", task_stats=tasks, include_body=True)
+        rows = read_export(tmp_path / f"out-{name}")
+        assert [as_scan(r) for r in rows] == scan_rows(tmp_path / name) and res.rows == len(rows) > 0
+        assert res.segments == 1 and len(res.reports) == 1 and res.reports[0].stop_kind == "end_of_data"
+        ranges = [t["range"] for t in tasks]
+        assert ranges[0][0] == 0 and len(ranges) == (2 if not fake else 3), ranges  # fake: a walk of the rest
+        assert len(list((tmp_path / f"out-{name}").glob("*.parquet"))) == len(res.files) == 2
+
+
 def test_broker_names_given_per_store(spark, tmp_path):
     """Names per store (the `brokers` option, --store-name NAME=PATH) in the data sources, stats, export,
     verify and lookup; one name for two stores, or a path that is not a store given, is a one-line error."""

@@ -29,6 +29,7 @@ from rmqdump.rows.export import (
     prepare_output,
     write_splits,
 )
+from rmqdump.spark import ranges
 from rmqdump.spark.plumbing import (  # noqa: F401
     Progress,
     _parallelize,
@@ -111,7 +112,9 @@ def _export_task(out: str, fmt: str, partition_by: tuple[str, ...], compression:
             writer.abort()
             yield ("error", split.index, f"{split.path}: {e}")
             continue
-        timing = {"index": split.index, "segment": split.path, "rows": result.rows, "bytes": split.size,
+        end = split.size if split.range_end is None else split.range_end - split.start
+        timing = {"index": split.index, "segment": split.path, "range": [split.range_start, end], "rows": result.rows,
+                  "bytes": end - split.range_start,
                   "seconds": time.perf_counter() - w0, "cpu_seconds": time.process_time() - c0,
                   "threads": 2 if background else 1, "pid": os.getpid()}
         yield ("ok", split.index, result.rows, result.reports, files, timing)
@@ -147,19 +150,21 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
            batch_size: int = rarrow.DEFAULT_BATCH_SIZE, progress: Progress | None = None,
            task_stats: list[dict] | None = None, brokers: Mapping[str, str] | None = None,
            **read_options) -> ExportResult:
-    """Export every segment of every store to ``out`` (a new or empty directory), one task per segment.
+    """Export every segment of every store to ``out`` (a new or empty directory), one task per segment;
+    with fewer segments than the session has cores, one per range of a segment (:mod:`rmqdump.spark.ranges`:
+    joined with proof, the rows of one walk per segment).
 
     Output: ``part-<split>-<segment>.parquet`` files, or with ``partition_by`` the same Hive
     layout as :func:`rmqdump.rows.export.export` (safe directory names), ``_SUCCESS`` at the end.
     ``read_options``: those of :func:`rmqdump.rows.arrow.read_split` (``include_body``,
     ``decompress``, ``flt``, ``crc``, ``keep_going``, ``use_mmap``, ``max_record_size``).
     Executors must see the stores and ``out`` at the same paths (local disk, NFS, ...).
-    ``task_stats``: a list that receives one dict per segment task (rows, bytes, seconds,
-    cpu_seconds of the Python worker, threads, pid), in segment order. ``brokers``: broker names of
+    ``task_stats``: a list that receives one dict per task (segment, range, rows, bytes, seconds,
+    cpu_seconds of the Python worker, threads, pid), in split order. ``brokers``: broker names of
     stores (path -> name) instead of those from their paths (:func:`rmqdump.spark.plumbing.store_names`).
 
-    Each task keeps one core busy (``spark.task.cpus`` more if set); when there are fewer
-    segments than the session has cores, each task also encodes Parquet on a second thread.
+    Each task keeps one core busy (``spark.task.cpus`` more if set); when there are still fewer
+    tasks than the session has cores, each task also encodes Parquet on a second thread.
     """
     cols = parse_partition_by(partition_by)
     stores = _as_list(paths)
@@ -172,21 +177,23 @@ def export(spark, paths: str | os.PathLike | Sequence[str | os.PathLike], out: s
     target = prepare_output(out, partitioned=True, stores=stores)
     result = ExportResult()
     if splits:
-        spare = min(2, spark.sparkContext.defaultParallelism // len(splits))
-        task = functools.partial(_export_task, str(target.resolve()), fmt, cols, compression,
-                                 {"batch_size": batch_size, **read_options}, spare)
+        parallelism = spark.sparkContext.defaultParallelism
+        options = {"batch_size": batch_size, **read_options}
+
+        def run(runs: list[rarrow.SegmentSplit]) -> list[tuple]:
+            spare = min(2, parallelism // len(runs))
+            task = functools.partial(_export_task, str(target.resolve()), fmt, cols, compression, options, spare)
+            return _parallelize(spark, runs).mapPartitions(task).collect()
+
         _prepare_kernels(spark, splits)
         with track(spark, f"rmqdump export of {len(stores)} store(s)", progress):
-            outcomes = _parallelize(spark, splits).mapPartitions(task).collect()
-        errors = [o for o in outcomes if o[0] == "error"]
-        if errors:
-            raise RmqdumpError(f"export failed for {len(errors)} segment(s); first: {errors[0][2]}")
-        for _, _index, rows, reports, files, timing in sorted(outcomes, key=lambda o: o[1]):
-            result.rows += rows
-            result.reports.extend(reports)
-            result.files.extend(files)
-            if task_stats is not None:
-                task_stats.append(timing)
+            segments, outcomes = ranges.run_joined(splits, parallelism, read_options, run, target)
+        for kept in segments:
+            result.rows += sum(o[2] for o in kept)
+            result.reports.append(ranges.merge_reports([rep for o in kept for rep in o[3]]))
+            result.files.extend(f for o in kept for f in o[4])
+        if task_stats is not None:
+            task_stats.extend(o[5] for o in outcomes if o[0] == "ok")
     result.segments = len(splits)
     result.input_bytes = sum(s.size for s in splits)
     _remove_leftovers(target)

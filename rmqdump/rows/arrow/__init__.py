@@ -23,7 +23,7 @@ import pyarrow as pa
 from rmqdump.codec.crc import body_crc
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
 from rmqdump.codec.layout import MAX_RECORD_SIZE
-from rmqdump.codec.record import Blank, Message
+from rmqdump.codec.record import END_OF_DATA, Blank, Message
 from rmqdump.disk.segment import Segment
 from rmqdump.rows.arrow.columns import COLUMNS, LINEAGE_FIELDS, RECORD_SCHEMA, _Columns, empty_batch, messages_batch
 from rmqdump.rows.arrow.fastcolumns import _fast_pieces, _FastContext
@@ -33,6 +33,7 @@ from rmqdump.rows.arrow.splits import (
     broker_name,
     broker_names,
     iter_splits,
+    range_splits,
     segment_splits,
 )
 from rmqdump.rows.arrow.tables import (
@@ -54,7 +55,7 @@ from rmqdump.store.root import Store
 __all__ = ["CRC_MODES", "COLUMNS", "CQ_SCHEMA", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_BATCH_BYTES", "INDEX_SCHEMA",
            "FastSplitWalk", "LINEAGE_FIELDS", "READ_AHEAD_BYTES", "RECORD_SCHEMA", "WALK_BATCH_BYTES", "IndexSplit", "QueueSplit", "SegmentReport",
            "SegmentSplit", "broker_name", "broker_names", "empty_batch", "fast_split_applies", "index_splits", "iter_splits", "messages_batch",
-           "queue_splits", "read_index", "read_queue", "read_split", "record_batches", "segment_splits"]
+           "queue_splits", "range_splits", "read_index", "read_queue", "read_split", "record_batches", "segment_splits"]
 
 DEFAULT_BATCH_SIZE = 8192
 DEFAULT_MAX_BATCH_BYTES = 64 * 1024 * 1024
@@ -90,7 +91,8 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
         return
     seg = split.segment()
     cl = CommitLog([seg], seg.size, seg.path.parent, [])
-    walk = cl.walk(start=seg.start, end=seg.end, check_crc=crc == "check",
+    walk = cl.walk(start=seg.start + split.range_start, end=seg.end if split.range_end is None else split.range_end,
+                   check_crc=crc == "check",
                    read_body=include_body or crc == "flag" or needs_body, keep_going=keep_going, use_mmap=use_mmap, max_record_size=max_record_size)
     match = None if flt is None or flt.empty else flt.match
     cols = _Columns(split.broker, split.store, split.path, delay_levels_ms)
@@ -124,6 +126,9 @@ def read_split(split: SegmentSplit, *, batch_size: int = DEFAULT_BATCH_SIZE,
         stop = walk.stop
         if blank is not None and stop is not None and stop.offset >= seg.end:
             kind, off, detail = "blank", blank.offset, f"BLANK record of {blank.size} bytes ends the file"
+        elif stop is not None and split.range_end is not None and stop.kind == END_OF_DATA \
+                and stop.offset >= split.range_end:
+            kind, off, detail = "limit", stop.offset, f"reached the range's end {split.range_end}"
         elif stop is not None:
             kind, off, detail = stop.kind, stop.offset, stop.detail
         else:
@@ -230,7 +235,8 @@ class FastSplitWalk:
         # walked on another thread, a batch's bytes are read here after the walk has moved on: the walk must not
         # drop them from the mapping (they would fault back in and stay: RSS grew to the segment's size); this
         # walk drops them once the caller is done with them
-        self.walk = fastwalk.walk_segment_fast(self.seg, check_crc=crc == "check", max_record_size=max_record_size,
+        self.walk = fastwalk.walk_segment_fast(self.seg, split.range_start, check_crc=crc == "check",
+                                               end_offset=split.range_end, max_record_size=max_record_size,
                                                batch_bytes=WALK_BATCH_BYTES, release_pages=not self.ahead)
 
     def __iter__(self) -> Iterator:
@@ -256,6 +262,8 @@ class FastSplitWalk:
             kind, off, detail = "blank", st.offset, f"BLANK record of {st.blank.size} bytes ends the file"
         elif st.kind == "invalid":
             kind, off, detail = st.invalid.kind, st.invalid.offset, st.invalid.detail
+        elif st.kind == "limit" and self.split.range_end is not None:
+            kind, off, detail = "limit", st.offset, f"reached the range's end {self.split.range_end}"
         else:
             kind, off, detail = "end_of_data", seg.end, "end of the last commitlog segment"
         return SegmentReport(self.split.path, walk.records, rows, kind, off, detail, 0, body_errors.count,

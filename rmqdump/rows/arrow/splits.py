@@ -1,16 +1,16 @@
-"""The units of work over commitlog segments: one :class:`SegmentSplit` per segment of a store, and the
-:class:`SegmentReport` of how its walk ended."""
+"""The units of work over commitlog segments: one :class:`SegmentSplit` per segment of a store (or per range
+of one, :func:`range_splits`), and the :class:`SegmentReport` of how its walk ended."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rmqdump.codec.layout import STORE_COMMITLOG_DIR
 from rmqdump.disk.segment import Segment
-from rmqdump.errors import StoreError
+from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.store.commitlog import CommitLog
 from rmqdump.store.root import Store
 
@@ -25,10 +25,17 @@ class SegmentSplit:
     start: int
     size: int
     index: int  # position in the global split list (stable output file names)
+    range_start: int = 0  # a range of the segment: the position its walk starts at ...
+    range_end: int | None = None  # ... and the absolute offset it stops at (the next range's start); None: the end
 
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
+
+    @property
+    def ranged(self) -> bool:
+        """Whether this split is a range of its segment (not the whole of it)."""
+        return self.range_start != 0 or self.range_end is not None
 
     def segment(self) -> Segment:
         return Segment(Path(self.path), self.start, self.size)
@@ -41,7 +48,7 @@ class SegmentReport:
     segment: str
     records: int  # valid records walked (before filtering)
     rows: int  # rows produced (after filtering)
-    stop_kind: str  # end_of_data, blank (clean BLANK end), or the invalid kind that stopped it
+    stop_kind: str  # end_of_data, blank (clean BLANK end), limit (a range's end), or the invalid kind that stopped it
     stop_offset: int
     stop_detail: str
     skipped: int  # damaged ranges stepped over (keep_going)
@@ -126,3 +133,21 @@ def iter_splits(source: str | os.PathLike | Store | CommitLog | Segment | Segmen
         raise StoreError(f"not a commitlog source: {type(source).__name__}")
     name = broker or broker_name(label)
     return [SegmentSplit(label, name, str(s.path), s.start, s.size, i) for i, s in enumerate(segs)]
+
+
+def range_splits(split: SegmentSplit, k: int, *, max_record_size: int, min_bytes: int | None = None
+                 ) -> list[SegmentSplit]:
+    """``split``'s segment as up to ``k`` ranges (:func:`rmqdump.fast.segment_split.split_plan`: split points
+    from the store's ConsumeQueue, else a header scan), each walked up to the next one's start. The points are
+    guesses: whoever walks the ranges joins them with proof (a range's result stands only when the walk of the
+    one before it stopped exactly at its start). One split, unchanged, for a small or unmappable segment."""
+    from rmqdump.fast.segment_split import split_plan
+
+    try:
+        plan = split_plan(split.segment(), 0, k, max_record_size=max_record_size, store_root=split.store,
+                          min_bytes=min_bytes)
+    except (OSError, ValueError, RmqdumpError):
+        return [split]
+    if len(plan) < 2:
+        return [split]
+    return [replace(split, range_start=start, range_end=end) for start, end in plan]
