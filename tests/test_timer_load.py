@@ -76,6 +76,11 @@ def test_verify_says_the_broker_does_not_start_when_rocketmq_does_not(case, tmp_
     mutate(store)
     doc = json.loads(CliRunner().invoke(cli, ["verify", str(store), "-f", "json", "-q"]).stdout)
     assert _stops(doc["findings"]) is refuses, [f for f in doc["findings"] if f["kind"].startswith("timer_")]
+    # the recovery prediction says so too (it said "mode normal" and nothing else), and when the broker stops:
+    # a wheel of another length before its store loads, the timer store's load() after the store's recovery
+    stages = {f["stage"] for f in doc["recovery"]["start_failures"]}
+    assert bool(stages) is refuses and doc["next_start"]["starts"] is not refuses
+    assert stages <= {"before the store loads" if "wheel" in case else "after the store's recovery"}
     from oracle.harness import unavailable_reason
 
     if unavailable_reason("533") is None:  # RocketMQ's own verdict where the oracle is

@@ -138,6 +138,10 @@ def render_report(console: Console, doc: dict) -> None:
         if s.get("broker_model_reason"):
             t.add_row("model", _t(s["broker_model_reason"]))
         t.add_row("mode", _t(f"{rec['mode']} — {rec['reason']}"))
+        if rec.get("start_failures"):
+            from rmqdump.broker.recovery.start import describe
+
+            t.add_row("broker start", Text(_safe(describe(rec["start_failures"])), style="bold red"))
         stop = rec.get("stop") or {}
         t.add_row("walk", _t(f"from {rec['start_file']} ({rec['records_walked']} records accepted); stops at "
                              f"{stop.get('offset')}: {stop.get('kind')}: {stop.get('detail')}"))
@@ -221,6 +225,7 @@ def _render_next_start(console: Console, ns: dict) -> None:
     from rich.text import Text
 
     from rmqdump.broker.recovery.cost import human_bytes, human_seconds
+    from rmqdump.broker.recovery.start import AFTER, BEFORE
 
     console.print()
     console.print(Text("Next start (an estimate)", style="bold"))
@@ -228,11 +233,16 @@ def _render_next_start(console: Console, ns: dict) -> None:
     if not ns.get("estimated"):
         t.add_row("not estimated", _t(ns.get("why_not")))
     else:
-        head = "" if ns["starts"] else "once load() succeeds: "
+        stops = ns.get("start_failures") or []
+        head = "" if ns["starts"] else "once load() succeeds: " if not stops else \
+            f"once {stops[0]['file']} loads: " if stops[0]["stage"] == BEFORE else ""
         t.add_row("commitlog", _t(f"{head}{ns['mode']} recovery reads {ns['commitlog_files']} of "
                                   f"{ns['commitlog_files_total']} file(s), {human_bytes(ns['commitlog_bytes'])} "
                                   f"from {ns['start_file']} ({ns['records']} records, CRC checked)"))
         t.add_row("why", _t(ns["start_reason"]))
+        if stops and stops[0]["stage"] == AFTER:
+            t.add_row("then", Text(_safe(f"the broker stops: {stops[0]['file']}: {stops[0]['reason']}"),
+                                   style="red"))
         cq, idx, rd = ns["consume_queues"], ns["index_files"], ns["redispatch"]
         t.add_row("consume queues", _t(f"{cq['files_loaded']} file(s) of {cq['queues']} queue(s) loaded, "
                                        f"{cq['files_recovered']} walked; re-dispatch of {rd['records']} record(s) "

@@ -128,7 +128,8 @@ The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
                  commitlog_offsets}}}, redispatched_cq_entries: {count, queues: {"topic/qid": {count,
                  from_queue_offset, new_max_offset, created, commitlog_offsets, misplaced, first_misplaced}}},
                  deleted_index_files: [{file, end_timestamp, begin_phy_offset,
-                 end_phy_offset, entries}], lost_index_range, load_errors, notes, accepted_damaged,
+                 end_phy_offset, entries}], lost_index_range, load_errors, start_failures: [{file, reason,
+                 stage}], notes, accepted_damaged,
                  unchecked_damage, version_notes}``
   ``salvage``    with ``--keep-going``: ``{first_damage, intact_records_after_damage, first_intact_offsets,
                  damaged_ranges, broker_would_drop_intact}``, else null

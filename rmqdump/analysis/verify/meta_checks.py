@@ -51,6 +51,7 @@ def check_checkpoint(store, checkpoint, *, max_store_ts: int | None, has_data: b
 
 def check_config(root: Path) -> tuple[list[Finding], dict]:
     """Every ``config/*.json`` parses (fastjson rules); known files decode. Returns loaded topics too."""
+    from rmqdump.broker.recovery.start import loaded_at_start
     from rmqdump.store.config import (
         BAK_SUFFIX,
         decode_consumer_offsets,
@@ -102,14 +103,18 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
         except RmqdumpError:
             ok = False
         then = " — the broker falls back to .bak"
-        if not ok:
+        severity = WARNING if ok else ERROR
+        if not ok and not loaded_at_start(root, name):
+            then = " and no .bak decodes; the broker's start does not load this file (whatever reads it gets nothing)"
+            severity = WARNING
+        elif not ok:
             then = (" and its .bak does not decode either: ConfigManager.load fails and the broker does not start"
                     if load_fails(cdir / name, dec) else
                     " and no .bak holds a copy: the broker starts with this table empty (what it held is lost)")
         if err is None:
-            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, None, "empty file" + then))
+            out.append(Finding(severity, "config_parse", label, None, "empty file" + then))
         else:
-            out.append(Finding(WARNING if ok else ERROR, "config_parse", label, err.offset, err.message + then))
+            out.append(Finding(severity, "config_parse", label, err.offset, err.message + then))
     return out, loaded
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rmqdump.broker.recovery.inputs import VERSION_49, first_record_store_timestamp
+from rmqdump.broker.recovery.start import AFTER, BEFORE
 from rmqdump.store.checkpoint import ms_to_iso
 from rmqdump.store.root import Store
 
@@ -189,7 +190,8 @@ def next_start(pred, store: Store, rate: Rate | None = None, exact: bool = True)
     end_index = _segment_index(segs, end, start)
     nbytes = end - pred.start_offset
     doc: dict = {"estimated": True, "why_not": None, "mode": "abnormal" if abnormal else "normal",
-                 "starts": pred.mode != "refuses_to_start",
+                 "starts": pred.mode != "refuses_to_start" and not pred.start_failures,
+                 "start_failures": [f.to_dict() for f in pred.start_failures],
                  "start_file": pred.start_file, "start_offset": pred.start_offset, "end_offset": end,
                  "start_reason": _start_reason(pred, store, start, abnormal),
                  "commitlog_files": end_index - start + 1, "commitlog_files_total": len(segs),
@@ -236,13 +238,18 @@ def summary_lines(doc: dict) -> list[str]:
     """The next start in two or three short lines (verify's block, info)."""
     if not doc.get("estimated"):
         return [doc.get("why_not") or "not estimated"]
-    head = "" if doc["starts"] else "the broker does not start until load() succeeds; then "
+    stops = doc.get("start_failures") or []
+    head = "" if doc["starts"] or stops else "the broker does not start until load() succeeds; then "
+    if stops and stops[0]["stage"] == BEFORE:
+        head = f"the broker does not start until {stops[0]['file']} loads; then "
     lines = [f"{head}{doc['mode']} recovery reads {doc['commitlog_files']} of {doc['commitlog_files_total']} "
              f"commitlog file(s), {human_bytes(doc['commitlog_bytes'])} from {doc['start_file']} "
              + (f"({doc['records']} records, CRC checked): " if doc["exact"] else "(CRC checked): ")
              + f"{human_seconds(doc['estimated_seconds'])} "
              f"at {human_bytes(doc['rate']['bytes_per_second'])}/s ({doc['rate']['source']} rate, an estimate)"]
     lines.append(doc["start_reason"])
+    if stops and stops[0]["stage"] == AFTER:
+        lines.append(f"then the broker stops: {stops[0]['file']}: {stops[0]['reason']}")
     for s in doc["shorter"]:
         lines.append("shorter: " + s["detail"])
     return lines

@@ -31,6 +31,7 @@ from rmqdump.broker.recovery.queues import (
     cq_truncation,
     max_phy_offset_of_consume_queue,
 )
+from rmqdump.broker.recovery.start import StartFailure, start_failures
 from rmqdump.broker.recovery.walk import STOP_V2_ON_49, BrokerWalk, broker_walk, cut_short
 from rmqdump.broker.redispatch import QueueRedispatch, redispatch
 from rmqdump.store.checkpoint import Checkpoint
@@ -65,6 +66,8 @@ class RecoveryPrediction:
     lost_index_range: tuple[int, int] | None = None
     load_errors: list[str] = field(default_factory=list)
     cut_short: str | None = None  # why the only commitlog file was cut short (:func:`cut_short`)
+    #: files around the store the broker's start fails on (:mod:`rmqdump.broker.recovery.start`): config tables, timer store
+    start_failures: list[StartFailure] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     checkpoint: Checkpoint | None = None
 
@@ -108,6 +111,7 @@ class RecoveryPrediction:
             "deleted_index_files": self.deleted_index_files,
             "lost_index_range": None if self.lost_index_range is None else list(self.lost_index_range),
             "load_errors": self.load_errors,
+            "start_failures": [f.to_dict() for f in self.start_failures],
             "notes": self.notes,
         }
 
@@ -137,6 +141,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     reason = "abort file present: the previous run did not shut down cleanly" if abnormal else \
         "no abort file: the previous run shut down cleanly"
     pred = RecoveryPrediction(version, mode, reason, previous_end=previous_end)
+    if store.root is not None:
+        pred.start_failures = start_failures(store.root, version)
     if store.dledger is not None:  # DLedger's recovery, not the commitlog walk (walker: not for entries)
         from rmqdump.broker.recovery.dledger import predict_dledger_recovery
 

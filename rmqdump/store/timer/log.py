@@ -149,6 +149,7 @@ class TimerLog:
     files: list[TimerLogFile] = field(default_factory=list)
     file_size: int | None = None
     problems: list[tuple[str, int | None, str]] = field(default_factory=list)  # (file, offset, detail)
+    refusals: list[str] = field(default_factory=list)  # files of problems on which the broker's load fails
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> TimerLog:
@@ -166,6 +167,7 @@ class TimerLog:
                     log.problems.append((n, None, "not a timerlog file name: the broker's MappedFileQueue.load "
                                                   "fails on it (its size differs, or Long.parseLong throws): "
                                                   "TimerMessageStore.load() fails and the broker does not start"))
+                    log.refusals.append(n)
                 continue
             if fp.is_symlink() or not fp.is_file():
                 log.problems.append((n, None, "not a regular file; not read"))
@@ -180,6 +182,7 @@ class TimerLog:
                                                    f"{log.file_size}: the broker's MappedFileQueue.load fails "
                                                    "(TimerMessageStore.load() fails and the broker does not "
                                                    "start)"))
+                log.refusals.append(f.name)
             elif log.file_size and f.start != log.files[0].start + i * log.file_size:
                 log.problems.append((f.name, None, f"starts at {f.start}, expected "
                                                    f"{log.files[0].start + i * log.file_size} (a gap or overlap)"))

@@ -1,0 +1,95 @@
+"""What stops the broker's start around its store (rmqdump.broker.recovery.start): verify's recovery prediction
+said "mode normal" and its next start estimate "normal recovery reads ..." on stores whose broker does not start
+(config tables that do not load, the 5.x timer store), while a finding said "does not start". The prediction
+now carries the start failures, with whether the store's recovery runs before the broker stops.
+
+Judged by RocketMQ where its oracle can: 4.9.8 loads ``delayOffset.json`` at the end of its store's own
+``load()`` (``498/run``); the 5.x timer cases are judged by ``533/put`` in tests/test_timer_load.py. The config
+tables ``BrokerController`` loads before its store are read from its source (the oracle runs no controller)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from oracle_fixtures import copy_store, recipe
+
+from rmqdump.cli import cli
+
+NAME49 = "498-multi-topic"
+
+
+def _verify(store: Path, *extra: str) -> dict:
+    res = CliRunner().invoke(cli, ["verify", str(store), "-f", "json", "-q", *extra])
+    return json.loads(res.stdout)
+
+
+def _bad(store: Path, name: str, bak: bool = True) -> None:
+    cdir = store / "config"
+    cdir.mkdir(exist_ok=True)
+    (cdir / name).write_text("{bad")
+    if bak:
+        (cdir / f"{name}.bak").write_text("[[[")
+
+
+@pytest.mark.parametrize("name", ["topics.json", "consumerOffset.json", "subscriptionGroup.json",
+                                  "consumerFilter.json"])
+def test_a_config_table_that_does_not_load_stops_the_start_before_the_store(name, tmp_path):
+    store = copy_store(NAME49, tmp_path / "s")
+    _bad(store, name)
+    doc = _verify(store)
+    fails = doc["recovery"]["start_failures"]
+    assert [(f["file"], f["stage"]) for f in fails] == [(f"config/{name}", "before the store loads")]
+    assert doc["next_start"]["starts"] is False
+    assert doc["recovery"]["mode"] == "normal"  # the recovery it will run once the table loads
+    text = CliRunner().invoke(cli, ["verify", str(store)]).stdout
+    assert "does not start" in text and f"once config/{name} loads" in text
+    # no .bak: ConfigManager.loadBak finds nothing and the broker starts with the table empty
+    (store / "config" / f"{name}.bak").unlink()
+    doc = _verify(store)
+    assert doc["recovery"]["start_failures"] == [] and doc["next_start"]["starts"] is True
+
+
+def test_a_file_the_broker_does_not_load_stops_nothing(tmp_path):
+    """A config file no ConfigManager loads at start: a warning, never "does not start"."""
+    store = copy_store(NAME49, tmp_path / "s")
+    _bad(store, "myTool.json")
+    doc = _verify(store)
+    assert doc["recovery"]["start_failures"] == []
+    (f,) = [f for f in doc["findings"] if f["kind"] == "config_parse"]
+    assert f["severity"] == "warning" and "does not start" not in f["detail"]
+
+
+def test_5x_tables_only_on_5x(tmp_path):
+    store = copy_store(NAME49, tmp_path / "s")
+    _bad(store, "consumerOrderInfo.json")
+    assert _verify(store, "--broker-version", "4.9")["recovery"]["start_failures"] == []
+    fails = _verify(store, "--broker-version", "5.3")["recovery"]["start_failures"]
+    assert [f["file"] for f in fails] == ["config/consumerOrderInfo.json"]
+
+
+@pytest.mark.parametrize("bak", [True, False])
+def test_delay_offsets_stop_4_9s_store_load_after_its_recovery(bak, tmp_path):
+    """4.9.8's DefaultMessageStore.load() loads delayOffset.json after the recovery: RocketMQ's load() fails
+    exactly when its .bak holds bytes that do not decode."""
+    store = copy_store(NAME49, tmp_path / "s")
+    _bad(store, "delayOffset.json", bak)
+    doc = _verify(store)
+    fails = doc["recovery"]["start_failures"]
+    assert [(f["file"], f["stage"]) for f in fails] == (
+        [("config/delayOffset.json", "after the store's recovery")] if bak else [])
+    assert doc["next_start"]["starts"] is not bak
+    if bak:
+        text = CliRunner().invoke(cli, ["verify", str(store)]).stdout
+        assert "then the broker stops" in " ".join(text.split()) or "the broker stops" in text
+    from oracle.harness import load, unavailable_reason
+
+    if unavailable_reason("498") is None:  # RocketMQ's own verdict where the oracle is
+        r = recipe(NAME49)
+        args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
+        info = next(m for m in load("498", shutil.copytree(store, tmp_path / "copy"), args)
+                    if m["type"] == "store_info")
+        assert info["load_ok"] is not bak
