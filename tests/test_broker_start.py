@@ -93,3 +93,18 @@ def test_delay_offsets_stop_4_9s_store_load_after_its_recovery(bak, tmp_path):
         info = next(m for m in load("498", shutil.copytree(store, tmp_path / "copy"), args)
                     if m["type"] == "store_info")
         assert info["load_ok"] is not bak
+
+
+@pytest.mark.parametrize("name", ["topics.json", "delayOffset.json"])
+def test_repair_does_not_say_needs_no_repair_of_a_store_that_does_not_start(name, tmp_path):
+    """repair said "the store needs no repair" (exit 0) of a store whose broker does not start on a config table
+    with no decodable copy: it refuses, naming the file, and writes nothing."""
+    store = copy_store(NAME49, tmp_path / "s")
+    _bad(store, name)
+    before = {p: p.read_bytes() for p in store.rglob("*") if p.is_file()}
+    r = CliRunner().invoke(cli, ["repair", str(store), "--apply", "-q"])
+    assert r.exit_code == 2 and f"config/{name}: it and its .bak do not decode" in r.output
+    assert "the broker does not start" in r.output
+    assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
+    (store / "config" / f"{name}.bak").unlink()  # no .bak: the broker starts (that table empty)
+    assert CliRunner().invoke(cli, ["repair", str(store), "-q"]).exit_code == 0

@@ -122,6 +122,13 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
                         "removes only files RocketMQ itself leaves behind)"
                         + (f"; {len(strays) - 1} more such file(s)" if len(strays) > 1 else ""))
         return plan
+    if pred.start_failures and plan.blocked is None:  # files around the store: the broker does not start
+        f = pred.start_failures[0]
+        plan.blocked = (f"{f.file}: {f.reason}: the broker does not start whatever else is repaired; rmqdump does not "
+                        "repair this file (restore it from another replica, or move a file RocketMQ did not write "
+                        "out of the store)" + (f"; {len(pred.start_failures) - 1} more such file(s)"
+                                              if len(pred.start_failures) > 1 else ""))
+        return plan
     regrow = None  # (segment, its restored length): a commitlog file cut short where recovery ends
     if pred.mode == MODE_REFUSES and pred.walk is not None and cl.segments:
         regrow, why_not = _regrow_plan(store, pred, commitlog_file_size, pred.cut_short)
