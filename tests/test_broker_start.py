@@ -47,6 +47,8 @@ def test_a_config_table_that_does_not_load_stops_the_start_before_the_store(name
     assert doc["recovery"]["mode"] == "normal"  # the recovery it will run once the table loads
     text = CliRunner().invoke(cli, ["verify", str(store)]).stdout
     assert "does not start" in text and f"once config/{name} loads" in text
+    info = " ".join(CliRunner().invoke(cli, ["info", str(store)]).stdout.split())
+    assert f"the broker does not start until config/{name} loads" in info  # info said "normal recovery reads"
     # no .bak: ConfigManager.loadBak finds nothing and the broker starts with the table empty
     (store / "config" / f"{name}.bak").unlink()
     doc = _verify(store)
@@ -83,8 +85,10 @@ def test_delay_offsets_stop_4_9s_store_load_after_its_recovery(bak, tmp_path):
         [("config/delayOffset.json", "after the store's recovery")] if bak else [])
     assert doc["next_start"]["starts"] is not bak
     if bak:
-        text = CliRunner().invoke(cli, ["verify", str(store)]).stdout
-        assert "then the broker stops" in " ".join(text.split()) or "the broker stops" in text
+        text = " ".join(CliRunner().invoke(cli, ["verify", str(store)]).stdout.split())
+        assert "then the broker stops" in text
+        info = " ".join(CliRunner().invoke(cli, ["info", str(store)]).stdout.split())
+        assert "then the broker stops: config/delayOffset.json" in info
     from oracle.harness import load, unavailable_reason
 
     if unavailable_reason("498") is None:  # RocketMQ's own verdict where the oracle is

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rmqdump.broker.recovery.inputs import VERSION_49, first_record_store_timestamp
-from rmqdump.broker.recovery.start import AFTER, BEFORE
+from rmqdump.broker.recovery.start import AFTER, BEFORE, start_failures
 from rmqdump.store.checkpoint import ms_to_iso
 from rmqdump.store.root import Store
 
@@ -247,9 +247,9 @@ def summary_lines(doc: dict) -> list[str]:
              + (f"({doc['records']} records, CRC checked): " if doc["exact"] else "(CRC checked): ")
              + f"{human_seconds(doc['estimated_seconds'])} "
              f"at {human_bytes(doc['rate']['bytes_per_second'])}/s ({doc['rate']['source']} rate, an estimate)"]
-    lines.append(doc["start_reason"])
     if stops and stops[0]["stage"] == AFTER:
-        lines.append(f"then the broker stops: {stops[0]['file']}: {stops[0]['reason']}")
+        lines[0] += f"; then the broker stops: {stops[0]['file']}: {stops[0]['reason']}"
+    lines.append(doc["start_reason"])
     for s in doc["shorter"]:
         lines.append("shorter: " + s["detail"])
     return lines
@@ -279,6 +279,8 @@ def quick_prediction(store: Store, end: int, max_phy_cq: int = -1):
     cp = read_checkpoint_for_recovery(store)[0] if store.root is not None else Checkpoint()
     pred = RecoveryPrediction(version, MODE_ABNORMAL if abnormal else MODE_NORMAL, "", checkpoint=cp,
                               max_phy_offset_of_consume_queue=max_phy_cq)
+    if store.root is not None:
+        pred.start_failures = start_failures(store.root, version)
     if not cl.segments:
         return pred
     start = abnormal_start_index(cl, cp.min_timestamp, version)[0] if abnormal else \
