@@ -23,6 +23,26 @@ def recipe(name: str) -> dict:
     return json.loads((fixture_dir(name) / "recipe.json").read_text(encoding="utf-8"))
 
 
+def run_args(name: str) -> list[str]:
+    """``run``'s arguments for the fixture store ``name`` (its geometry and settings)."""
+    r = recipe(name)
+    return [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
+
+
+def rocketmq_loads(name: str, store: Path, tmp_path: Path) -> bool | None:
+    """RocketMQ's own ``load()`` verdict on a copy of ``store`` (a changed copy of the fixture ``name``), None
+    where the oracle is not (the caller's own assertions stand alone then)."""
+    import shutil
+
+    if unavailable_reason(name[:3]) is not None:
+        return None
+    copy = shutil.copytree(store, tmp_path / "rocketmq-copy")
+    try:
+        return next(m for m in load(name[:3], copy, run_args(name)) if m["type"] == "store_info")["load_ok"]
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
 def fixture_manifest(name: str) -> list[dict]:
     """What RocketMQ's ``run`` read back from the fixture store (recorded when it was made)."""
     text = (fixture_dir(name) / "manifest.jsonl").read_text(encoding="utf-8")

@@ -8,12 +8,11 @@ there) and for a sub-folder under 4.9. Judged by ``533/run`` / ``498/run`` where
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from oracle_fixtures import copy_store, recipe
+from oracle_fixtures import copy_store, rocketmq_loads
 
 from rmqdump.cli import cli
 
@@ -62,15 +61,7 @@ def test_verify_predicts_rocketmqs_load_of_queue_folders(name, case, tmp_path):
     mutate(store)
     rec = _verify(store)["recovery"]
     assert (rec["mode"] == "refuses_to_start") is refuses, rec["load_errors"]
-    from oracle.harness import load, unavailable_reason
-
-    version = name[:3]
-    if unavailable_reason(version) is None:  # RocketMQ's own verdict where the oracle is
-        r = recipe(name)
-        args = [*r["run_args"], *(f"--set={k}={v}" for k, v in r.get("run_sets", {}).items())]
-        info = next(m for m in load(version, shutil.copytree(store, tmp_path / "copy"), args)
-                    if m["type"] == "store_info")
-        assert info["load_ok"] is not refuses
+    assert rocketmq_loads(name, store, tmp_path) in (None, not refuses)  # RocketMQ's verdict where the oracle is
 
 
 def test_a_4_9_broker_never_reads_batch_consume_queues(tmp_path):
