@@ -104,3 +104,18 @@ def test_repair_does_not_say_needs_no_repair_of_a_store_that_does_not_start(name
     assert {p: p.read_bytes() for p in store.rglob("*") if p.is_file()} == before
     (store / "config" / f"{name}.bak").unlink()  # no .bak: the broker starts (that table empty)
     assert CliRunner().invoke(cli, ["repair", str(store), "-q"]).exit_code == 0
+
+
+def test_a_table_kept_in_rocksdb_is_not_read_from_its_json(tmp_path):
+    """A 5.x store whose config tables are in RocksDB (``config/rdb``): the broker reads topics from there, so an
+    undecodable topics.json and .bak stop nothing (verify's prediction and its finding agree)."""
+    import shutil
+
+    from conftest import FIXTURES
+
+    store = shutil.copytree(FIXTURES / "rocksdb" / "store-rocks", tmp_path / "s")
+    _bad(store, "topics.json")
+    doc = _verify(store)
+    assert doc["recovery"]["start_failures"] == []
+    (f,) = [f for f in doc["findings"] if f["kind"] == "config_parse"]
+    assert f["severity"] == "warning" and "does not start" not in f["detail"]

@@ -32,11 +32,6 @@ class SegmentSplit:
     def name(self) -> str:
         return os.path.basename(self.path)
 
-    @property
-    def ranged(self) -> bool:
-        """Whether this split is a range of its segment (not the whole of it)."""
-        return self.range_start != 0 or self.range_end is not None
-
     def segment(self) -> Segment:
         return Segment(Path(self.path), self.start, self.size)
 
