@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,17 +138,30 @@ def infer_file_size(files: list[MappedFileInfo], unit_size: int = CQ_STORE_UNIT_
     return size
 
 
+#: files of one size that settle a store's CQ file size when no more than an eighth as many differ
+_DECISIVE_VOTES = 32
+
+
 def infer_store_cq_file_size(store_root: str | os.PathLike, batch: bool = False) -> int | None:
-    """The CQ file size shared by a store: from the first queue with 2+ files, else a last file."""
+    """The CQ file size shared by a store (the broker's one ``mappedFileSizeConsumeQueue``, every file of every
+    queue created at that size): the size most of its non-empty queue files have, so that one damaged file
+    cannot set it for the whole store (the first queue's first file did: cut short, every other queue's files
+    read as the wrong size). Ties go to the first queue found. The count stops once a size leads by far."""
     unit = BCQ_STORE_UNIT_SIZE if batch else CQ_STORE_UNIT_SIZE
     if not batch and is_rocksdb_cq(store_root):
         return None  # no files: the size is broker.conf's or the default
-    fallback: list[MappedFileInfo] = []
+    votes: Counter[int] = Counter()
+    where: dict[int, MappedFileInfo] = {}
     for ref in discover_queues(store_root, batch=batch):
         files, _ = list_mapped_files(ref.path)
-        files = [f for f in files if f.size]  # a zero-length file is a crash artefact, not a size
-        if len(files) >= 2:
-            return infer_file_size(files, unit)
-        if files and not fallback:
-            fallback = files
-    return infer_file_size(fallback, unit) if fallback else None
+        for f in files:
+            if f.size:  # a zero-length file is a crash artefact, not a size
+                votes[f.size] += 1
+                where.setdefault(f.size, f)
+        (top, n), *rest = votes.most_common() or [(0, 0)]
+        if n >= _DECISIVE_VOTES and n > 8 * sum(c for _, c in rest):
+            break
+    if not votes:
+        return None
+    size = votes.most_common(1)[0][0]
+    return infer_file_size([where[size]], unit)
