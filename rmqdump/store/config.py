@@ -7,6 +7,7 @@ to ``<name>.bak`` exactly when the broker's ``ConfigManager.load`` would.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Callable
@@ -282,7 +283,29 @@ def read_config_bytes(path: str | os.PathLike) -> bytes | None:
         os.close(fd)
 
 
-def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] = lambda v, p: v) -> Loaded[T]:
+def keep(value: Any, path: Path) -> Any:
+    """The decoder of a table taken as it parses (no shape checked)."""
+    return value
+
+
+#: (decoder, digest) of config bytes known to parse and decode: verify's config checks, the tables commands load
+#: and the broker-start prediction (:func:`load_fails`) read the same files, and the pure-Python parser takes about
+#: a second per 2.5 MB (a large consumerOffset.json) each time
+_DECODED: set[tuple[Any, bytes]] = set()
+
+
+def decode_config(raw: bytes, path: Path, decode: Callable[[Any, Path], T] = keep) -> T:
+    """``decode(parse_fastjson(raw))`` (FormatError/StoreError as they raise), remembering that these bytes decode."""
+    value = decode(parse_fastjson(raw, path), path)
+    _DECODED.add((decode, _digest(raw)))
+    return value
+
+
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] = keep) -> Loaded[T]:
     """``ConfigManager.load``: main file, else ``.bak`` when the main is missing, empty or bad.
 
     Raises the main file's FormatError/StoreError if the backup cannot be used either.
@@ -294,13 +317,13 @@ def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] =
     try:
         raw = read_config_bytes(main)
         if raw:
-            return Loaded(decode(parse_fastjson(raw, main), main), main)
+            return Loaded(decode_config(raw, main, decode), main)
     except (FormatError, StoreError) as exc:
         main_error = exc
     bak_raw = read_config_bytes(bak) if main_error is None else _read_quietly(bak)
     if bak_raw:
         try:
-            return Loaded(decode(parse_fastjson(bak_raw, bak), bak), bak, True, main_error)
+            return Loaded(decode_config(bak_raw, bak, decode), bak, True, main_error)
         except (FormatError, StoreError) as exc:
             if main_error is None:
                 raise
@@ -310,7 +333,7 @@ def load_config_file(path: str | os.PathLike, decode: Callable[[Any, Path], T] =
     return Loaded(None, main if raw is not None else None)
 
 
-def load_fails(path: str | os.PathLike, decode: Callable[[Any, Path], Any] = lambda v, p: v) -> bool:
+def load_fails(path: str | os.PathLike, decode: Callable[[Any, Path], Any] = keep) -> bool:
     """Whether ``ConfigManager.load`` returns false for ``path`` (the broker does not start): only when the main
     file is missing, empty or bad and its ``.bak`` holds bytes that do not decode. A missing or empty ``.bak``
     loads as nothing: the broker starts with an empty table."""
@@ -318,7 +341,8 @@ def load_fails(path: str | os.PathLike, decode: Callable[[Any, Path], Any] = lam
     try:
         raw = read_config_bytes(main)
         if raw:
-            decode(parse_fastjson(raw, main), main)
+            if (decode, _digest(raw)) not in _DECODED:
+                decode_config(raw, main, decode)
             return False
     except (FormatError, StoreError):
         pass

@@ -54,13 +54,14 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
     from rmqdump.broker.recovery.start import loaded_at_start
     from rmqdump.store.config import (
         BAK_SUFFIX,
+        decode_config,
         decode_consumer_offsets,
         decode_delay_offsets,
         decode_subscription_groups,
         decode_topics,
+        keep,
         load_config_file,
         load_fails,
-        parse_fastjson,
     )
 
     out: list[Finding] = []
@@ -80,7 +81,7 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
         if name.endswith(BAK_SUFFIX):
             continue
         label = f"config/{name}"
-        dec = decoders.get(name, lambda v, p: v)
+        dec = decoders.get(name, keep)
         try:
             data = read_config_bytes(cdir / name) or b""
         except StoreError as e:
@@ -91,7 +92,7 @@ def check_config(root: Path) -> tuple[list[Finding], dict]:
             continue
         try:
             if data.strip():
-                loaded[name] = dec(parse_fastjson(data, cdir / name), cdir / name)
+                loaded[name] = decode_config(data, cdir / name, dec)
                 continue
             err: RmqdumpError | None = None
         except RmqdumpError as e:

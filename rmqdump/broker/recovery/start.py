@@ -30,13 +30,13 @@ from rmqdump.store import config as sc
 _TABLES_49 = ((sc.TOPICS_JSON, sc.decode_topics, "topics"),
               (sc.CONSUMER_OFFSET_JSON, sc.decode_consumer_offsets, "consumerOffsets"),
               (sc.SUBSCRIPTION_GROUP_JSON, sc.decode_subscription_groups, "subscriptionGroups"),
-              (sc.CONSUMER_FILTER_JSON, None, None))
+              (sc.CONSUMER_FILTER_JSON, sc.keep, None))
 _TABLES_5X = ((sc.TOPICS_JSON, sc.decode_topics, "topics"),
-              ("topicQueueMapping.json", None, None),
+              ("topicQueueMapping.json", sc.keep, None),
               (sc.CONSUMER_OFFSET_JSON, sc.decode_consumer_offsets, "consumerOffsets"),
               (sc.SUBSCRIPTION_GROUP_JSON, sc.decode_subscription_groups, "subscriptionGroups"),
-              (sc.CONSUMER_FILTER_JSON, None, None),
-              ("consumerOrderInfo.json", None, None))
+              (sc.CONSUMER_FILTER_JSON, sc.keep, None),
+              ("consumerOrderInfo.json", sc.keep, None))
 
 _TABLE_FAILS = "it and its .bak do not decode: ConfigManager.load fails"
 BEFORE, AFTER = "before the store loads", "after the store's recovery"
@@ -83,7 +83,7 @@ def start_failures(root: str | os.PathLike, version: str) -> list[StartFailure]:
 def loaded_at_start(root: str | os.PathLike, name: str) -> bool:
     """Whether a broker of either version loads ``config/<name>`` at start as a ``ConfigManager`` table whose
     failure stops it (a table kept in RocksDB is read from there instead)."""
-    for n, _, table in (*_TABLES_5X, *_TABLES_49, (sc.DELAY_OFFSET_JSON, None, None)):
+    for n, _, table in (*_TABLES_5X, *_TABLES_49, (sc.DELAY_OFFSET_JSON, sc.decode_delay_offsets, None)):
         if n == name:
             return table is None or not _in_rocksdb(Path(root), table)
     return False
@@ -111,7 +111,7 @@ def _timer_load(r: Path) -> list[StartFailure]:
 
 def _table_fails(path: Path, decode) -> bool:
     try:
-        return sc.load_fails(path, decode) if decode is not None else sc.load_fails(path)
+        return sc.load_fails(path, decode)
     except OSError:
         return False
 
