@@ -25,17 +25,14 @@ from rmqdump.codec.layout import STORE_CONFIG_DIR, STORE_TIMERLOG_DIR, STORE_TIM
 from rmqdump.errors import RmqdumpError
 from rmqdump.store import config as sc
 
-#: the tables each version's ``BrokerController`` loads before its store: (file, decoder, RocksDB table or None;
-#: a store holding that RocksDB table was written by a 5.x broker that reads the table from there)
-_TABLES_49 = ((sc.TOPICS_JSON, sc.decode_topics, "topics"),
-              (sc.CONSUMER_OFFSET_JSON, sc.decode_consumer_offsets, "consumerOffsets"),
-              (sc.SUBSCRIPTION_GROUP_JSON, sc.decode_subscription_groups, "subscriptionGroups"),
-              (sc.CONSUMER_FILTER_JSON, sc.keep, None))
-_TABLES_5X = ((sc.TOPICS_JSON, sc.decode_topics, "topics"),
-              ("topicQueueMapping.json", sc.keep, None),
-              (sc.CONSUMER_OFFSET_JSON, sc.decode_consumer_offsets, "consumerOffsets"),
-              (sc.SUBSCRIPTION_GROUP_JSON, sc.decode_subscription_groups, "subscriptionGroups"),
-              (sc.CONSUMER_FILTER_JSON, sc.keep, None),
+#: the tables each version's ``BrokerController`` loads before its store, in its order: (file, decoder, RocksDB
+#: table or None; a store holding that RocksDB table was written by a 5.x broker that reads the table from there)
+_TOPICS = (sc.TOPICS_JSON, sc.decode_topics, "topics")
+_OFFSETS = (sc.CONSUMER_OFFSET_JSON, sc.decode_consumer_offsets, "consumerOffsets")
+_GROUPS = (sc.SUBSCRIPTION_GROUP_JSON, sc.decode_subscription_groups, "subscriptionGroups")
+_FILTERS = (sc.CONSUMER_FILTER_JSON, sc.keep, None)
+_TABLES_49 = (_TOPICS, _OFFSETS, _GROUPS, _FILTERS)
+_TABLES_5X = (_TOPICS, ("topicQueueMapping.json", sc.keep, None), _OFFSETS, _GROUPS, _FILTERS,
               ("consumerOrderInfo.json", sc.keep, None))
 
 _TABLE_FAILS = "it and its .bak do not decode: ConfigManager.load fails"
@@ -83,7 +80,7 @@ def start_failures(root: str | os.PathLike, version: str) -> list[StartFailure]:
 def loaded_at_start(root: str | os.PathLike, name: str) -> bool:
     """Whether a broker of either version loads ``config/<name>`` at start as a ``ConfigManager`` table whose
     failure stops it (a table kept in RocksDB is read from there instead)."""
-    for n, _, table in (*_TABLES_5X, *_TABLES_49, (sc.DELAY_OFFSET_JSON, sc.decode_delay_offsets, None)):
+    for n, _, table in (*_TABLES_5X, (sc.DELAY_OFFSET_JSON, sc.decode_delay_offsets, None)):  # 5.x's hold 4.9's
         if n == name:
             return table is None or not _in_rocksdb(Path(root), table)
     return False
