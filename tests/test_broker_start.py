@@ -119,3 +119,23 @@ def test_a_table_kept_in_rocksdb_is_not_read_from_its_json(tmp_path):
     assert doc["recovery"]["start_failures"] == []
     (f,) = [f for f in doc["findings"] if f["kind"] == "config_parse"]
     assert f["severity"] == "warning" and "does not start" not in f["detail"]
+
+
+def test_a_store_load_refusal_and_a_timer_stop_are_both_told(tmp_path):
+    """The store's load() fails (a stray consume-queue file) and, once that is fixed, the timer store stops the
+    broker after its recovery: the next start says both (it dropped "until load() succeeds" when a start failure
+    came after the recovery)."""
+    from rmqdump.broker.recovery.cost import summary_lines
+
+    store = copy_store("533-timer", tmp_path / "s")
+    queue = next(p for p in (store / "consumequeue").glob("*/*") if p.is_dir())
+    (queue / "junk").write_bytes(b"x")
+    (store / "timerlog" / "junk").write_bytes((store / "timerlog" / "00000000000000000000").read_bytes())
+    doc = _verify(store)
+    assert doc["recovery"]["mode"] == "refuses_to_start"
+    assert [f["stage"] for f in doc["recovery"]["start_failures"]] == ["after the store's recovery"]
+    text = " ".join(CliRunner().invoke(cli, ["verify", str(store)]).stdout.split())
+    assert "once load() succeeds:" in text and "then the broker stops: timerlog/junk" in text
+    summary = " ".join(summary_lines(doc["next_start"]))  # info's lines, from verify's full prediction
+    assert "the broker does not start until load() succeeds; then" in summary
+    assert "then the broker stops: timerlog/junk" in summary

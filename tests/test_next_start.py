@@ -28,7 +28,7 @@ from rmqdump.store.root import Store
 KEYS = {"estimated", "why_not", "mode", "starts", "start_file", "start_offset", "end_offset", "start_reason",
         "commitlog_files", "commitlog_files_total", "commitlog_bytes", "commitlog_bytes_total", "records", "exact",
         "crc_checked", "crc_note", "consume_queues", "redispatch", "index_files", "rate", "estimated_seconds",
-        "shorter", "start_failures"}
+        "shorter", "start_failures", "store_loads"}
 
 
 def cost_of(path) -> tuple[dict, object, Store]:

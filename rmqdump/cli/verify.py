@@ -224,8 +224,7 @@ def _render_next_start(console: Console, ns: dict) -> None:
     """The short "next start" block: what recovery reads, why it starts there, the estimate, what shortens it."""
     from rich.text import Text
 
-    from rmqdump.broker.recovery.cost import human_bytes, human_seconds
-    from rmqdump.broker.recovery.start import AFTER, BEFORE
+    from rmqdump.broker.recovery.cost import human_bytes, human_seconds, start_gate
 
     console.print()
     console.print(Text("Next start (an estimate)", style="bold"))
@@ -233,16 +232,14 @@ def _render_next_start(console: Console, ns: dict) -> None:
     if not ns.get("estimated"):
         t.add_row("not estimated", _t(ns.get("why_not")))
     else:
-        stops = ns.get("start_failures") or []
-        head = "" if ns["starts"] else "once load() succeeds: " if not stops else \
-            f"once {stops[0]['file']} loads: " if stops[0]["stage"] == BEFORE else ""
+        gate, stop = start_gate(ns)
+        head = f"once {gate}: " if gate else ""
         t.add_row("commitlog", _t(f"{head}{ns['mode']} recovery reads {ns['commitlog_files']} of "
                                   f"{ns['commitlog_files_total']} file(s), {human_bytes(ns['commitlog_bytes'])} "
                                   f"from {ns['start_file']} ({ns['records']} records, CRC checked)"))
         t.add_row("why", _t(ns["start_reason"]))
-        if stops and stops[0]["stage"] == AFTER:
-            t.add_row("then", Text(_safe(f"the broker stops: {stops[0]['file']}: {stops[0]['reason']}"),
-                                   style="red"))
+        if stop:
+            t.add_row("then", Text(_safe(f"the broker stops: {stop}"), style="red"))
         cq, idx, rd = ns["consume_queues"], ns["index_files"], ns["redispatch"]
         t.add_row("consume queues", _t(f"{cq['files_loaded']} file(s) of {cq['queues']} queue(s) loaded, "
                                        f"{cq['files_recovered']} walked; re-dispatch of {rd['records']} record(s) "

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rmqdump.broker.recovery.inputs import VERSION_49, first_record_store_timestamp
-from rmqdump.broker.recovery.start import AFTER, BEFORE, start_failures
+from rmqdump.broker.recovery.start import BEFORE, start_failures
 from rmqdump.store.checkpoint import ms_to_iso
 from rmqdump.store.root import Store
 
@@ -191,6 +191,7 @@ def next_start(pred, store: Store, rate: Rate | None = None, exact: bool = True)
     nbytes = end - pred.start_offset
     doc: dict = {"estimated": True, "why_not": None, "mode": "abnormal" if abnormal else "normal",
                  "starts": pred.mode != "refuses_to_start" and not pred.start_failures,
+                 "store_loads": pred.mode != "refuses_to_start",
                  "start_failures": [f.to_dict() for f in pred.start_failures],
                  "start_file": pred.start_file, "start_offset": pred.start_offset, "end_offset": end,
                  "start_reason": _start_reason(pred, store, start, abnormal),
@@ -234,21 +235,29 @@ def next_start_after_walk(pred, store: Store, nbytes: int, seconds: float) -> di
         return {"estimated": False, "why_not": str(e)}
 
 
+def start_gate(doc: dict) -> tuple[str | None, str | None]:
+    """From :func:`next_start`'s document: what the next start's recovery waits for (``load() succeeds``,
+    ``<file> loads``; None: nothing), and what stops the broker once it ran (None: nothing)."""
+    stops = doc.get("start_failures") or []
+    if stops and stops[0]["stage"] == BEFORE:
+        return f"{stops[0]['file']} loads", None
+    gate = None if doc["store_loads"] else "load() succeeds"
+    return gate, (f"{stops[0]['file']}: {stops[0]['reason']}" if stops else None)
+
+
 def summary_lines(doc: dict) -> list[str]:
     """The next start in two or three short lines (verify's block, info)."""
     if not doc.get("estimated"):
         return [doc.get("why_not") or "not estimated"]
-    stops = doc.get("start_failures") or []
-    head = "" if doc["starts"] or stops else "the broker does not start until load() succeeds; then "
-    if stops and stops[0]["stage"] == BEFORE:
-        head = f"the broker does not start until {stops[0]['file']} loads; then "
+    gate, stop = start_gate(doc)
+    head = f"the broker does not start until {gate}; then " if gate else ""
     lines = [f"{head}{doc['mode']} recovery reads {doc['commitlog_files']} of {doc['commitlog_files_total']} "
              f"commitlog file(s), {human_bytes(doc['commitlog_bytes'])} from {doc['start_file']} "
              + (f"({doc['records']} records, CRC checked): " if doc["exact"] else "(CRC checked): ")
              + f"{human_seconds(doc['estimated_seconds'])} "
              f"at {human_bytes(doc['rate']['bytes_per_second'])}/s ({doc['rate']['source']} rate, an estimate)"]
-    if stops and stops[0]["stage"] == AFTER:
-        lines[0] += f"; then the broker stops: {stops[0]['file']}: {stops[0]['reason']}"
+    if stop:
+        lines[0] += f"; then the broker stops: {stop}"
     lines.append(doc["start_reason"])
     for s in doc["shorter"]:
         lines.append("shorter: " + s["detail"])
