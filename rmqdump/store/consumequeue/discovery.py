@@ -158,7 +158,7 @@ def infer_store_cq_file_size(store_root: str | os.PathLike, batch: bool = False)
             if f.size:  # a zero-length file is a crash artefact, not a size
                 votes[f.size] += 1
                 where.setdefault(f.size, f)
-        (top, n), *rest = votes.most_common() or [(0, 0)]
+        (_, n), *rest = votes.most_common() or [(0, 0)]
         if n >= _DECISIVE_VOTES and n > 8 * sum(c for _, c in rest):
             break
     if not votes:
