@@ -135,7 +135,9 @@ def test_a_store_load_refusal_and_a_timer_stop_are_both_told(tmp_path):
     assert doc["recovery"]["mode"] == "refuses_to_start"
     assert [f["stage"] for f in doc["recovery"]["start_failures"]] == ["after the store's recovery"]
     text = " ".join(CliRunner().invoke(cli, ["verify", str(store)]).stdout.split())
-    assert "once load() succeeds:" in text and "then the broker stops: timerlog/junk" in text
+    assert f"once load() succeeds (it fails: {queue.relative_to(store)}/junk" in text
+    assert "then the broker stops: timerlog/junk" in text
     summary = " ".join(summary_lines(doc["next_start"]))  # info's lines, from verify's full prediction
-    assert "the broker does not start until load() succeeds; then" in summary
+    assert f"the broker does not start until load() succeeds (it fails: {queue.relative_to(store)}/junk" in summary
+    assert "the broker's load fails on it); then" in summary
     assert "then the broker stops: timerlog/junk" in summary

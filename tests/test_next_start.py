@@ -28,7 +28,7 @@ from rmqdump.store.root import Store
 KEYS = {"estimated", "why_not", "mode", "starts", "start_file", "start_offset", "end_offset", "start_reason",
         "commitlog_files", "commitlog_files_total", "commitlog_bytes", "commitlog_bytes_total", "records", "exact",
         "crc_checked", "crc_note", "consume_queues", "redispatch", "index_files", "rate", "estimated_seconds",
-        "shorter", "start_failures", "store_loads"}
+        "shorter", "start_failures", "store_loads", "load_errors"}
 
 
 def cost_of(path) -> tuple[dict, object, Store]:
@@ -137,6 +137,21 @@ def test_verify_and_info_show_the_next_start(tmp_path):
     for k in ("start_file", "commitlog_files", "commitlog_bytes", "start_reason"):
         assert info[k] == ns[k], k
     assert "next start: abnormal recovery reads 4 of 4" in CliRunner().invoke(cli, ["info", str(root)]).stdout
+
+
+def test_info_says_the_store_does_not_load(tmp_path):
+    """A commitlog file of another size: the broker's load() fails. info's next-start line said "normal recovery
+    reads ..." (it did not look at load refusals); now it says what verify's prediction says."""
+    root = tmp_path / "store"
+    shutil.copytree(FIXTURES / "store", root)
+    seg = sorted((root / "commitlog").iterdir())[1]
+    os.truncate(seg, seg.stat().st_size - 1)
+    rec = json.loads(CliRunner().invoke(cli, ["verify", str(root), "-f", "json", "-q"]).stdout)["recovery"]
+    assert rec["mode"] == "refuses_to_start" and seg.name in rec["load_errors"][0]
+    info = json.loads(CliRunner().invoke(cli, ["info", str(root), "-f", "json"]).stdout)["next_start"]
+    assert info["starts"] is info["store_loads"] is False and info["load_errors"] == rec["load_errors"]
+    text = " ".join(CliRunner().invoke(cli, ["info", str(root)], terminal_width=200).stdout.split())
+    assert f"next start: the broker does not start until load() succeeds (it fails: commitlog/{seg.name} is" in text
 
 
 def test_dledger_store_is_not_estimated():

@@ -62,6 +62,8 @@ def test_verify_predicts_rocketmqs_load_of_queue_folders(name, case, tmp_path):
     rec = _verify(store)["recovery"]
     assert (rec["mode"] == "refuses_to_start") is refuses, rec["load_errors"]
     assert rocketmq_loads(name, store, tmp_path) in (None, not refuses)  # RocketMQ's verdict where the oracle is
+    info = json.loads(CliRunner().invoke(cli, ["info", str(store), "-f", "json"]).stdout)["next_start"]
+    assert info["store_loads"] is not refuses and info["load_errors"] == rec["load_errors"]  # info said "normal"
 
 
 def test_a_4_9_broker_never_reads_batch_consume_queues(tmp_path):

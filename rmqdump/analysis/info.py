@@ -99,18 +99,19 @@ def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
                                                                           if s.path.parent == d]} for d in cl.paths]
     if store.root is None:
         return doc
-    doc = _root_parts(doc, store.root, seen)
-    doc["next_start"] = _next_start(store, end, doc)
+    cq_problems: list = []
+    doc = _root_parts(doc, store.root, seen, cq_problems)
+    doc["next_start"] = _next_start(store, end, doc, cq_problems)
     return doc
 
 
-def _next_start(store: Store, end: int, doc: dict) -> dict:
+def _next_start(store: Store, end: int, doc: dict, cq_problems: list) -> dict:
     """The broker's next start without its recovery walk (``verify`` has the walked figures)."""
     from rmqdump.broker.recovery.cost import next_start, quick_prediction
 
     max_cq = max((q["max_physic_offset"] for q in doc["consume_queues"]["queues"]), default=-1)
     try:
-        pred = quick_prediction(store, end, max_cq)
+        pred = quick_prediction(store, end, max_cq, cq_problems)
     except RmqdumpError as e:
         return {"estimated": False, "why_not": str(e)}
     if pred is None:
@@ -127,8 +128,9 @@ def _dledger_root(path: str | os.PathLike) -> bool:
         return False
 
 
-def _root_parts(doc: dict, root: Path, seen: dict) -> dict:
-    doc["consume_queues"] = _queues(root)
+def _root_parts(doc: dict, root: Path, seen: dict, cq_problems: list | None = None) -> dict:
+    """The parts under a store root; the queue folders' load problems are added to ``cq_problems``."""
+    doc["consume_queues"] = _queues(root, [] if cq_problems is None else cq_problems)
     doc["index_files"] = _index_files(root)
     doc["checkpoint"] = _checkpoint(root)
     doc["abort"] = (root / "abort").exists()
@@ -154,7 +156,10 @@ def _inventory(root: Path, doc: dict, seen: dict) -> tuple[dict, list[dict]]:
     return inv.to_dict(), detect_features(inv, batch_topics=batch_cq_topics(root), v2=v2, crc32=crc)
 
 
-def _queues(root: Path) -> dict:
+def _queues(root: Path, problems: list) -> dict:
+    """The consume queues' summary; what their folders hold that the broker's load meets goes to ``problems``
+    (:class:`~rmqdump.broker.recovery.queues.CqProblem`, as verify's recovery prediction finds them)."""
+    from rmqdump.broker.recovery.queues import CqProblem, batch_cq_problems, queue_file_problems
     from rmqdump.store.consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
 
     out: dict = {"queues": [], "errors": []}
@@ -162,15 +167,19 @@ def _queues(root: Path) -> dict:
         size = infer_store_cq_file_size(root)
         out["file_size"] = size
         for ref in discover_queues(root):
+            label = f"consumequeue/{ref.topic}/{ref.queue_id}"
             try:
                 q = ConsumeQueue(ref.path, ref.topic, ref.queue_id, size, strict=False)
+                problems += queue_file_problems(label, q)
                 out["queues"].append({"topic": ref.topic, "queue_id": ref.queue_id, "files": len(q.files),
                                       "min_offset": q.min_offset(), "max_offset": q.max_offset,
                                       "max_physic_offset": q.max_physic_offset, "problems": q.problems})
             except RmqdumpError as e:
+                problems.append(CqProblem(label, e.message, True))
                 out["errors"].append(str(e))
     except RmqdumpError as e:
         out["errors"].append(str(e))
+    problems += batch_cq_problems(root)
     out["queues"].sort(key=lambda q: (q["topic"], q["queue_id"]))
     return out
 

@@ -191,7 +191,7 @@ def next_start(pred, store: Store, rate: Rate | None = None, exact: bool = True)
     nbytes = end - pred.start_offset
     doc: dict = {"estimated": True, "why_not": None, "mode": "abnormal" if abnormal else "normal",
                  "starts": pred.mode != "refuses_to_start" and not pred.start_failures,
-                 "store_loads": pred.mode != "refuses_to_start",
+                 "store_loads": pred.mode != "refuses_to_start", "load_errors": list(pred.load_errors),
                  "start_failures": [f.to_dict() for f in pred.start_failures],
                  "start_file": pred.start_file, "start_offset": pred.start_offset, "end_offset": end,
                  "start_reason": _start_reason(pred, store, start, abnormal),
@@ -241,7 +241,9 @@ def start_gate(doc: dict) -> tuple[str | None, str | None]:
     stops = doc.get("start_failures") or []
     if stops and stops[0]["stage"] == BEFORE:
         return f"{stops[0]['file']} loads", None
-    gate = None if doc["store_loads"] else "load() succeeds"
+    errors = doc.get("load_errors") or []
+    why = f" (it fails: {errors[0]}" + (f"; {len(errors) - 1} more" if len(errors) > 1 else "") + ")" if errors else ""
+    gate = None if doc["store_loads"] else f"load() succeeds{why}"
     return gate, (f"{stops[0]['file']}: {stops[0]['reason']}" if stops else None)
 
 
@@ -265,17 +267,26 @@ def summary_lines(doc: dict) -> list[str]:
 
 
 
-def quick_prediction(store: Store, end: int, max_phy_cq: int = -1):
+def quick_prediction(store: Store, end: int, max_phy_cq: int = -1, cq_problems: list | None = None):
     """A :class:`~rmqdump.broker.recovery.prediction.RecoveryPrediction` without the recovery walk (``info``):
-    the start file as the broker picks it, ``end`` (the end of data a cheap walk found) for ``processOffset``.
+    the start file as the broker picks it, ``end`` (the end of data a cheap walk found) for ``processOffset``;
+    the store's ``load()`` refusals from its commitlog folder and ``cq_problems`` (the consume-queue folders'
+    :class:`~rmqdump.broker.recovery.queues.CqProblem`, as :func:`consume_queue_states` finds them).
     None for a DLedger store."""
     from rmqdump.broker.recovery.inputs import (
         VERSION_53,
         abnormal_start_index,
+        load_problems,
         normal_start_index,
         read_checkpoint_for_recovery,
     )
-    from rmqdump.broker.recovery.prediction import MODE_ABNORMAL, MODE_NORMAL, RecoveryPrediction
+    from rmqdump.broker.recovery.prediction import (
+        MODE_ABNORMAL,
+        MODE_NORMAL,
+        MODE_REFUSES,
+        RecoveryPrediction,
+        refusal_reason,
+    )
     from rmqdump.broker.recovery.walk import BrokerWalk
     from rmqdump.broker.version import five_x_files
     from rmqdump.store.checkpoint import Checkpoint
@@ -290,6 +301,9 @@ def quick_prediction(store: Store, end: int, max_phy_cq: int = -1):
                               max_phy_offset_of_consume_queue=max_phy_cq)
     if store.root is not None:
         pred.start_failures = start_failures(store.root, version)
+    pred.load_errors = load_problems(store, version) + [str(p) for p in cq_problems or () if p.refuses(version)]
+    if pred.load_errors:
+        pred.mode, pred.reason = MODE_REFUSES, refusal_reason(pred.load_errors[0], pred.mode)
     if not cl.segments:
         return pred
     start = abnormal_start_index(cl, cp.min_timestamp, version)[0] if abnormal else \

@@ -116,6 +116,12 @@ class RecoveryPrediction:
         }
 
 
+def refusal_reason(error: str, mode: str) -> str:
+    """A refusing prediction's ``reason``: the first load error, and that the figures are ``mode``'s recovery."""
+    return (f"{error}; the broker's load() fails and it does not start "
+            f"(figures below: the {mode} recovery once that is fixed)")
+
+
 def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool = True, use_mmap: bool = True,
                      list_limit: int = DEFAULT_LIST_LIMIT, queue_states: list[QueueState] | None = None,
                      previous_end: int | None = None, list_dropped: bool = True,
@@ -155,9 +161,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     pred.load_errors += [str(p) for p in cq_problems or ()
                          if p.refuses(version)]
     if pred.load_errors:
-        pred.mode = MODE_REFUSES
-        pred.reason = (f"{pred.load_errors[0]}; the broker's load() fails and it does not start "
-                       f"(figures below: the {mode} recovery once that is fixed)")
+        pred.mode, pred.reason = MODE_REFUSES, refusal_reason(pred.load_errors[0], mode)
     if store.root is None:
         pred.notes.append("only commitlog files given: no abort/checkpoint/consume queues; assuming a clean exit")
     max_phy_cq = max_phy_offset_of_consume_queue(queue_states)
@@ -182,9 +186,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     short = pred.cut_short = cut_short(store, walk)
     if short and not pred.load_errors:
         pred.load_errors.append(short)
-        pred.mode = MODE_REFUSES
-        pred.reason = (f"{short}; the broker's load() fails and it does not start "
-                       f"(figures below: the {mode} recovery once that is fixed)")
+        pred.mode, pred.reason = MODE_REFUSES, refusal_reason(short, mode)
     pred.notes += walk.notes
     pred.start_file = cl.segments[start].name
     pred.start_offset = cl.segments[start].start

@@ -74,7 +74,7 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
     if root is None:
         return [], problems
     if store.path("consumequeue") is None:
-        return [], _batch_problems(root)
+        return [], batch_cq_problems(root)
     from rmqdump.store.consumequeue import ConsumeQueue, discover_queues, infer_store_cq_file_size
 
     try:
@@ -90,18 +90,7 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
         except RmqdumpError as e:
             problems.append(CqProblem(label, e.message, True))
             continue
-        for f in cq.files:
-            if cq.file_size and f.size != cq.file_size:
-                problems.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
-                                          f"{cq.file_size}: the broker refuses to load it", True,
-                                          f.size == 0 and f is cq.files[-1]))
-            elif cq.file_size and f.start % cq.file_size:
-                problems.append(CqProblem(f"{label}/{f.path.name}", f"start offset {f.start} is not a multiple of "
-                                          f"the file size {cq.file_size}", False))
-        problems += _stray_problems(label, cq.path, cq.stray_files)
-        for a, b in cq.missing_files():
-            problems.append(CqProblem(label, f"files missing for bytes [{a}, {b}): queue offsets "
-                                      f"{a // 20}..{b // 20 - 1} have no entries", False))
+        problems += queue_file_problems(label, cq)
         if not cq.files or not cq.file_size:
             continue
         try:
@@ -115,7 +104,26 @@ def consume_queue_states(store: Store) -> tuple[list[QueueState], list[CqProblem
             continue
         states.append(QueueState(ref.topic, ref.queue_id, ref.path, kept, cq.file_size, end, maxphy,
                                  cq.files[0].start // 20, beyond, cq))
-    return states, problems + _batch_problems(root)
+    return states, problems + batch_cq_problems(root)
+
+
+def queue_file_problems(label: str, cq) -> list[CqProblem]:
+    """What the broker's load meets in one consume queue's folder (``label``: ``consumequeue/T/Q``): files of
+    another size, starts off the file size, entries that are no mapped file, files missing between others."""
+    out: list[CqProblem] = []
+    for f in cq.files:
+        if cq.file_size and f.size != cq.file_size:
+            out.append(CqProblem(f"{label}/{f.path.name}", f"{f.size} bytes, not the queue file size "
+                                 f"{cq.file_size}: the broker refuses to load it", True,
+                                 f.size == 0 and f is cq.files[-1]))
+        elif cq.file_size and f.start % cq.file_size:
+            out.append(CqProblem(f"{label}/{f.path.name}", f"start offset {f.start} is not a multiple of "
+                                 f"the file size {cq.file_size}", False))
+    out += _stray_problems(label, cq.path, cq.stray_files)
+    for a, b in cq.missing_files():
+        out.append(CqProblem(label, f"files missing for bytes [{a}, {b}): queue offsets "
+                             f"{a // 20}..{b // 20 - 1} have no entries", False))
+    return out
 
 
 #: a :class:`CqProblem`'s message for a file in a queue folder that is no mapped file
@@ -145,7 +153,7 @@ def _stray_problems(label: str, qdir: Path, strays: list[Path], only: str | None
     return out
 
 
-def _batch_problems(root: Path) -> list[CqProblem]:
+def batch_cq_problems(root: Path) -> list[CqProblem]:
     """The 5.x BatchConsumeQueue files the broker's load fails on (4.9 never reads ``batchconsumequeue/``)."""
     from rmqdump.store.consumequeue.batch import open_batch_queues
 
