@@ -125,6 +125,9 @@ def test_one_queue_file_cut_short_is_the_one_named_and_repaired(tmp_path):
     rec = _verify(store)["recovery"]
     assert rec["mode"] == "refuses_to_start"
     assert [e.split(":")[0] for e in rec["load_errors"]] == ["consumequeue/TopicA/0/00000000000000000000"]
+    plan = json.loads(CliRunner().invoke(cli, ["repair", str(store), "-f", "json"]).stdout)
+    assert plan["mode"] == "normal"  # the recovery once the queue is rewritten; the header said only that
+    assert "today the broker's load() fails on consumequeue/TopicA/0/00000000000000000000 (40 bytes" in plan["reason"]
     r = CliRunner().invoke(cli, ["repair", str(store), "--apply", "--backup-dir", str(tmp_path / "bk"), "-q"])
     assert r.exit_code == 0, r.output
     assert _verify(store)["recovery"]["mode"] == "normal"

@@ -115,6 +115,10 @@ def plan_repair(store_path: str | os.PathLike, *, salvage: str | None = None, re
         plan.warnings.append(f"recovery modelled as broker {pred.version}.x: {model}")
     plan.mode, plan.reason = pred.mode, pred.reason
     plan.warnings += cq_problems
+    refusing = [p for p in cq_problems if p.refuses(pred.version)]
+    if refusing and pred.mode != MODE_REFUSES:  # the prediction leaves them out, so that they stay repairable
+        plan.reason += (f"; today the broker's load() fails on {refusing[0].file} ({refusing[0].message})"
+                        + (f" and {len(refusing) - 1} more file(s)" if len(refusing) > 1 else ""))
     strays = [p for p in cq_problems if p.message in (STRAY_MESSAGE, SUBFOLDER_MESSAGE) and p.refuses(pred.version)]
     if strays:  # not a file RocketMQ leaves: the user's to move (repair fixes files of the wrong size)
         plan.blocked = (f"{strays[0].file}: not a mapped file (a folder, or a name that is no offset): the "
