@@ -29,6 +29,15 @@ def test_verify_predicts_the_refusal():
     assert rec["max_offset"] == 2261  # where the recovery would end once the file has its length
 
 
+def test_info_says_the_store_does_not_load():
+    """info's next start said "normal recovery reads ..." of this store (a cut needs the recovery walk's stop,
+    which info did not run); it walks the lone file when its last bytes are data, and agrees with verify."""
+    res = _run("verify", fixture_dir(NAME) / "store", "-f", "json", "-q")
+    errors = json.loads(res.stdout)["recovery"]["load_errors"]
+    ns = json.loads(_run("info", fixture_dir(NAME) / "store", "-f", "json").stdout)["next_start"]
+    assert ns["store_loads"] is False and ns["load_errors"] == errors
+
+
 def test_repair_asks_for_the_file_size_then_restores_it(tmp_path):
     store = copy_store(NAME, tmp_path / "store")
     before = tree_state(store)

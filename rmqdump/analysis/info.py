@@ -101,17 +101,18 @@ def store_info(path: str | os.PathLike, use_mmap: bool = True) -> dict:
         return doc
     cq_problems: list = []
     doc = _root_parts(doc, store.root, seen, cq_problems)
-    doc["next_start"] = _next_start(store, end, doc, cq_problems)
+    doc["next_start"] = _next_start(store, end, doc, cq_problems, use_mmap)
     return doc
 
 
-def _next_start(store: Store, end: int, doc: dict, cq_problems: list) -> dict:
+def _next_start(store: Store, end: int, doc: dict, cq_problems: list, use_mmap: bool) -> dict:
     """The broker's next start without its recovery walk (``verify`` has the walked figures)."""
     from rmqdump.broker.recovery.cost import next_start, quick_prediction
+    from rmqdump.fast.recovery_walk import recovery_twins
 
     max_cq = max((q["max_physic_offset"] for q in doc["consume_queues"]["queues"]), default=-1)
     try:
-        pred = quick_prediction(store, end, max_cq, cq_problems)
+        pred = quick_prediction(store, end, max_cq, cq_problems, recovery_twins(store.commitlog, use_mmap).get("walker"))
     except RmqdumpError as e:
         return {"estimated": False, "why_not": str(e)}
     if pred is None:

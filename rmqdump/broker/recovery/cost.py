@@ -267,12 +267,14 @@ def summary_lines(doc: dict) -> list[str]:
 
 
 
-def quick_prediction(store: Store, end: int, max_phy_cq: int = -1, cq_problems: list | None = None):
+def quick_prediction(store: Store, end: int, max_phy_cq: int = -1, cq_problems: list | None = None,
+                     walker=None):
     """A :class:`~rmqdump.broker.recovery.prediction.RecoveryPrediction` without the recovery walk (``info``):
     the start file as the broker picks it, ``end`` (the end of data a cheap walk found) for ``processOffset``;
     the store's ``load()`` refusals from its commitlog folder and ``cq_problems`` (the consume-queue folders'
-    :class:`~rmqdump.broker.recovery.queues.CqProblem`, as :func:`consume_queue_states` finds them).
-    None for a DLedger store."""
+    :class:`~rmqdump.broker.recovery.queues.CqProblem`, as :func:`consume_queue_states` finds them), and a lone
+    commitlog file cut short (:func:`~rmqdump.broker.recovery.walk.cut_short`: the recovery walk, by ``walker``
+    — a drop-in for ``broker_walk`` —, runs only when the file's last bytes are data). None for a DLedger store."""
     from rmqdump.broker.recovery.inputs import (
         VERSION_53,
         abnormal_start_index,
@@ -287,7 +289,7 @@ def quick_prediction(store: Store, end: int, max_phy_cq: int = -1, cq_problems: 
         RecoveryPrediction,
         refusal_reason,
     )
-    from rmqdump.broker.recovery.walk import BrokerWalk
+    from rmqdump.broker.recovery.walk import BrokerWalk, broker_walk, cut_short, tail_is_data
     from rmqdump.broker.version import five_x_files
     from rmqdump.store.checkpoint import Checkpoint
 
@@ -302,6 +304,9 @@ def quick_prediction(store: Store, end: int, max_phy_cq: int = -1, cq_problems: 
     if store.root is not None:
         pred.start_failures = start_failures(store.root, version)
     pred.load_errors = load_problems(store, version) + [str(p) for p in cq_problems or () if p.refuses(version)]
+    if not pred.load_errors and store.root is not None and len(cl.segments) == 1 and tail_is_data(cl.segments[0]):
+        short = cut_short(store, (walker or broker_walk)(cl, 0, version=version))
+        pred.load_errors += [short] if short else []
     if pred.load_errors:
         pred.mode, pred.reason = MODE_REFUSES, refusal_reason(pred.load_errors[0], pred.mode)
     if not cl.segments:

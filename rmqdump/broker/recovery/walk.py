@@ -115,6 +115,17 @@ def broker_walk(cl: CommitLog, start_index: int, *, version: str = VERSION_49, c
             return w.halt(seg, pos, STOP_LAST_BLANK)  # processOffset stays at the BLANK's position
 
 
+def tail_is_data(seg: Segment) -> bool:
+    """Whether a commitlog file's last 8 bytes are data: a broker's file ends in zeros or a BLANK's zeros (the
+    evidence :func:`cut_short` starts from; cheap enough to ask before walking)."""
+    try:
+        with seg.open(use_mmap=False) as r:
+            last = r.read(max(0, seg.size - 8), 8)
+    except (OSError, RmqdumpError):
+        return False
+    return bool(last.strip(b"\0")) and last[-4:] != b"\0\0\0\0"
+
+
 def cut_short(store: Store, walk: BrokerWalk) -> str | None:
     """A store's only commitlog file that ends inside a record (or right after one, without the BLANK the
     broker always leaves): it was cut short, so its length is not the broker's mappedFileSizeCommitLog
@@ -126,13 +137,12 @@ def cut_short(store: Store, walk: BrokerWalk) -> str | None:
     stop = walk.stop
     # evidence of a cut, not of damage: the file's last bytes are data (a broker's file ends in zeros or
     # a BLANK), and the record it stops in has a genuine magic
+    if not tail_is_data(seg):
+        return None
     try:
         with seg.open(use_mmap=False) as r:
             head = r.read(stop.offset - seg.start, 8)
-            last = r.read(max(0, seg.size - 8), 8)
     except (OSError, RmqdumpError):
-        return None
-    if not last.strip(b"\0") or last[-4:] == b"\0\0\0\0":
         return None
     size = int.from_bytes(head[:4], "big", signed=True) if len(head) == 8 else -1
     magic = int.from_bytes(head[4:8], "big") if len(head) == 8 else 0
