@@ -116,7 +116,10 @@ def _start_reason(pred, store: Store, start: int, abnormal: bool) -> str:
     n = len(cl.segments)
     if not abnormal:
         if pred.version == VERSION_49:
-            return f"normal recovery (no abort file) starts at the third-last of {n} file(s)"
+            if n >= 3:
+                return f"normal recovery (no abort file) starts at the third-last of {n} file(s)"
+            return (f"normal recovery (no abort file) starts at the first of {n} file(s) (at the third-last "
+                    "when there are more)")
         return (f"normal recovery (no abort file, 5.3 model) starts at the file holding the consume queues' "
                 f"maximum commitlog offset {pred.max_phy_offset_of_consume_queue}")
     cp = pred.checkpoint
