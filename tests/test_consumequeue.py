@@ -221,14 +221,16 @@ def test_recovery_rules(tmp_path):
     assert [f.start for f in cq.truncated_files] == [1800]
 
 
-@pytest.mark.parametrize("chunk", [4, 5, 7, 30, 31])
+@pytest.mark.parametrize(("chunk", "first"), [(4, 256), (5, 256), (7, 256), (30, 256), (31, 256), (30, 1), (31, 2)])
 @pytest.mark.parametrize("bad_at", [None, 0, 4, 5, 6, 14, 15, 29])
-def test_recovery_scan_across_read_chunks(tmp_path, monkeypatch, chunk, bad_at):
-    """The recovery scan reads each file in chunks of units: wherever the first invalid unit falls (first
-    in a chunk, last in one, none), the recovered end and last entry are the unit-by-unit answer."""
+def test_recovery_scan_across_read_chunks(tmp_path, monkeypatch, chunk, first, bad_at):
+    """The recovery scan reads each file in chunks of units (the first ``first`` units, then 4 x more each
+    time up to ``chunk``): wherever the first invalid unit falls (first in a chunk, last in one, none), the
+    recovered end and last entry are the unit-by-unit answer."""
     import rmqdump.store.consumequeue.reader as reader
 
     monkeypatch.setattr(reader, "RECOVER_CHUNK_UNITS", chunk)
+    monkeypatch.setattr(reader, "RECOVER_FIRST_UNITS", first)
     entries = [(i * 10, 10, 0) for i in range(30)]  # one full file of 30 units
     if bad_at is not None:
         entries[bad_at] = (-1, 10, 0)

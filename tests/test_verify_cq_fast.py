@@ -248,10 +248,11 @@ def _leading_reference(raw: bytes, below: int | None = None) -> int:
     return n
 
 
-@pytest.mark.parametrize("with_numpy", [True, False])
-def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
+@pytest.mark.parametrize(("with_numpy", "small"), [(True, 0), (False, 0), (True, 1 << 30)])
+def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy, small):
     """The column test behind the CQ recovery scans gives the unit-by-unit answer, with numpy and without
-    it (then columns decide the broker's own layout, valid units then zero fill, and a unit loop the rest)."""
+    it (then columns decide the broker's own layout, valid units then zero fill, and a unit loop the rest),
+    and so does the loop small inputs take (``small``: the inputs up to that many units)."""
     import random
     import sys
 
@@ -261,6 +262,8 @@ def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
         monkeypatch.setitem(sys.modules, "numpy", None)
 
     from rmqdump.store.consumequeue import entries
+
+    monkeypatch.setattr(entries, "_SMALL", small)
 
     columns = 0
     real = entries._valid_then_zero
@@ -289,6 +292,7 @@ def test_leading_valid_units_matches_unit_by_unit(monkeypatch, with_numpy):
         if not with_numpy and r >= 0.3 and below is None:
             assert columns == before + 1, f"the broker's layout went unit by unit: {units}"
     assert with_numpy or 1000 < columns < 3000  # without numpy: both the column test and the unit loop ran
+    assert not small or columns == 0
 
 
 def test_cq_recovery_scan_matches_unit_by_unit(monkeypatch):

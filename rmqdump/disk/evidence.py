@@ -71,7 +71,10 @@ def stop() -> None:
 
 
 def record_read(path: str | os.PathLike) -> None:
-    """Note that ``path`` was opened for reading (cheap; repeated calls are free)."""
+    """Note that ``path`` was opened for reading while a manifest is collected (free otherwise; repeated calls
+    are free)."""
+    if not _active:
+        return  # :func:`start` resets the registry: nothing recorded before it is kept
     key = os.fspath(path)
     if key in _READ:
         return

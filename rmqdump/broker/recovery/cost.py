@@ -89,19 +89,16 @@ def _segment_index(segments, offset: int, lo: int) -> int:
 
 def _queue_files(root) -> tuple[int, int, int]:
     """(queues, consume-queue files mapped at load, files ``ConsumeQueue.recover`` walks)."""
-    from rmqdump.store.consumequeue import discover_queues, list_mapped_files
+    from itertools import chain
+
+    from rmqdump.store.consumequeue import discover_queues, mapped_file_count
 
     queues = loaded = walked = 0
-    for ref in discover_queues(root):
-        files, _ = list_mapped_files(ref.path)
+    for ref in chain(discover_queues(root), discover_queues(root, batch=True)):
+        n = mapped_file_count(ref.path)
         queues += 1
-        loaded += len(files)
-        walked += min(CQ_RECOVER_FILES, len(files))
-    for ref in discover_queues(root, batch=True):
-        files, _ = list_mapped_files(ref.path)
-        queues += 1
-        loaded += len(files)
-        walked += min(CQ_RECOVER_FILES, len(files))
+        loaded += n
+        walked += min(CQ_RECOVER_FILES, n)
     return queues, loaded, walked
 
 

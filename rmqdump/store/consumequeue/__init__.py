@@ -24,6 +24,7 @@ from rmqdump.store.consumequeue.discovery import (
     infer_store_cq_file_size,
     is_rocksdb_consumequeue,
     list_mapped_files,
+    mapped_file_count,
     parse_queue_id,
 )
 from rmqdump.store.consumequeue.entries import (
@@ -50,5 +51,5 @@ __all__ = ["BCQ_INVALID_POS", "CHUNK_UNITS", "CQ_EXT_MAX_REAL_OFFSET", "INT32_MA
            "ConsumeQueueWriter", "CqEntry", "CqExtUnit", "MappedFileInfo", "QueueRef", "batch_cq_topics",
            "check_not_rocksdb", "discover_queues", "encode_bcq_entry", "encode_cq_entry", "ext_address",
            "ext_real_offset", "file_name", "infer_file_size", "infer_store_cq_file_size", "is_ext_addr",
-           "is_rocksdb_consumequeue", "is_valid_cq_unit", "list_mapped_files", "open_batch_queues",
+           "is_rocksdb_consumequeue", "is_valid_cq_unit", "list_mapped_files", "mapped_file_count", "open_batch_queues",
            "parse_queue_id", "queue_offset_location", "read_ext_unit"]

@@ -128,6 +128,16 @@ def list_mapped_files(queue_dir: str | os.PathLike) -> tuple[list[MappedFileInfo
     return files, sorted(stray)
 
 
+def mapped_file_count(queue_dir: str | os.PathLike) -> int:
+    """How many files :func:`list_mapped_files` lists in ``queue_dir``, without a stat or an object per file
+    (the directory entries' types)."""
+    try:
+        with os.scandir(queue_dir) as it:
+            return sum(1 for e in it if parse_file_name(e.name) is not None and e.is_file(follow_symlinks=False))
+    except OSError as exc:
+        raise StoreError(f"cannot list queue directory: {exc.strerror}", queue_dir) from None
+
+
 def infer_file_size(files: list[MappedFileInfo], unit_size: int = CQ_STORE_UNIT_SIZE) -> int | None:
     """A queue's file size: the first non-last file's size, else the last file's size."""
     if not files:

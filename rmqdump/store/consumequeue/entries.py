@@ -44,6 +44,10 @@ def is_valid_cq_unit(commit_log_offset: int, size: int) -> bool:
     return commit_log_offset >= 0 and size > 0
 
 
+#: below this many units a loop that stops at the first invalid unit is faster than setting up columns
+_SMALL = 256
+
+
 def leading_valid_units(raw: bytes, below: int | None = None) -> int:
     """How many leading whole units of ``raw`` are valid (offset >= 0, size > 0) with offset < ``below``
     (the broker's recovery test), without one object per unit where it can: numpy's columns; without numpy,
@@ -53,7 +57,7 @@ def leading_valid_units(raw: bytes, below: int | None = None) -> int:
         import numpy as np
     except ImportError:
         np = None
-    if np is not None:
+    if np is not None and n >= _SMALL:
         fmt = CQ_UNIT.format.lstrip("<>!=@")
         u = np.frombuffer(raw, np.dtype([(k, ">" + c) for k, c in zip("ost", fmt, strict=True)]), count=n)
         bad = (u["o"] < 0) | (u["s"] <= 0)
@@ -61,7 +65,7 @@ def leading_valid_units(raw: bytes, below: int | None = None) -> int:
             bad |= u["o"] >= below
         first = np.flatnonzero(bad)
         return int(first[0]) if first.size else n
-    m = _valid_then_zero(raw, n, below)
+    m = _valid_then_zero(raw, n, below) if n >= _SMALL else None
     if m is not None:
         return m
     k = 0

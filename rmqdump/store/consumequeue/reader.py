@@ -39,6 +39,9 @@ RECOVER_FILES_BACK = 3
 CHUNK_UNITS = 4096
 #: units per read of the recovery scan (whole files of the last few, ~300,000 units each: fewer calls)
 RECOVER_CHUNK_UNITS = 16384
+#: ... the first of them: a queue's last file is mostly one with few units (an LMQ's), and its zeros are
+#: not read beyond the first invalid unit
+RECOVER_FIRST_UNITS = 256
 
 
 def _open_ro(path: Path) -> int:
@@ -67,18 +70,21 @@ def _pread(path: Path, length: int, offset: int) -> bytes:
 
 
 def _iter_file_units(path: Path, unit_size: int, start_pos: int = 0, end_pos: int | None = None,
-                     chunk_units: int = CHUNK_UNITS) -> Iterator[tuple[int, bytes]]:
-    """Yield (position, chunk) pairs of whole units from ``path`` in bounded chunks (of ``chunk_units``)."""
+                     chunk_units: int = CHUNK_UNITS, first_units: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """Yield (position, chunk) pairs of whole units from ``path`` in bounded chunks (of ``chunk_units``;
+    ``first_units``: the first chunk's, each next one 4 x larger up to ``chunk_units``)."""
     virtual = _virtual_read(path, (1 << 62 if end_pos is None else end_pos) - start_pos, start_pos)
     if virtual is not None:  # a queue of a RocksDB consume queue
         yield from _iter_bytes_units(virtual, unit_size, start_pos, chunk_units)
         return
     fd = _open_ro(path)
     try:
-        chunk = unit_size * chunk_units
+        most = unit_size * chunk_units
+        chunk = most if first_units is None else unit_size * min(first_units, chunk_units)
         pos = start_pos
         while end_pos is None or pos < end_pos:
             want = chunk if end_pos is None else min(chunk, end_pos - pos)
+            chunk = min(chunk * 4, most)
             try:
                 data = os.pread(fd, want, pos)
             except OSError as exc:
@@ -234,7 +240,8 @@ class ConsumeQueue(_QueueBase):
     def _leading_valid(self, f: MappedFileInfo) -> tuple[int, tuple | None]:
         last = None
         valid_end = 0
-        for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, 0, self.file_size, RECOVER_CHUNK_UNITS):
+        for pos, chunk in _iter_file_units(f.path, CQ_STORE_UNIT_SIZE, 0, self.file_size, RECOVER_CHUNK_UNITS,
+                                           RECOVER_FIRST_UNITS):
             m = leading_valid_units(chunk)
             if m:
                 last = CQ_UNIT.unpack_from(chunk, (m - 1) * CQ_STORE_UNIT_SIZE)

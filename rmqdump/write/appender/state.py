@@ -4,7 +4,6 @@ entries at or past it, a newer ``abort``)."""
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from rmqdump.codec.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from rmqdump.disk.extents import nonzero_chunks
 from rmqdump.disk.fileio import open_read
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import RmqdumpError, StoreError, UnsupportedError
@@ -25,40 +25,18 @@ from rmqdump.write.appender.liveness import AbortInfo, read_abort
 
 
 def nonzero_span(path: str | os.PathLike, start: int, end: int) -> tuple[int, int] | None:
-    """(first non-zero byte, end of the last non-zero byte) of ``path[start:end]``, or None.
-
-    Skips holes with SEEK_DATA/SEEK_HOLE where the filesystem supports them.
-    """
+    """(first non-zero byte, end of the last non-zero byte) of ``path[start:end]``, or None (holes skipped
+    where the filesystem reports them: :func:`~rmqdump.disk.extents.nonzero_chunks`)."""
     try:
         fd = open_read(path, follow=False, nonblock=False)
     except OSError as e:
         raise StoreError(f"cannot open: {e.strerror}", path) from None
     first = last = None
     try:
-        pos = start
-        while pos < end:
-            try:
-                data = os.lseek(fd, pos, os.SEEK_DATA)
-                hole = os.lseek(fd, data, os.SEEK_HOLE)
-            except OSError as e:
-                if e.errno == errno.ENXIO:
-                    break  # only a hole remains
-                data, hole = pos, end
-            if data >= end:
-                break
-            hole = min(hole, end)
-            p = data
-            while p < hole:
-                chunk = os.pread(fd, min(1 << 20, hole - p), p)
-                if not chunk:
-                    break
-                lead = len(chunk) - len(chunk.lstrip(b"\0"))
-                if lead < len(chunk):
-                    if first is None:
-                        first = p + lead
-                    last = p + len(chunk.rstrip(b"\0"))
-                p += len(chunk)
-            pos = max(hole, pos + 1)
+        for p, chunk in nonzero_chunks(fd, start, end):
+            if first is None:
+                first = p + len(chunk) - len(chunk.lstrip(b"\0"))
+            last = p + len(chunk.rstrip(b"\0"))
     except OSError as e:
         raise StoreError(f"read failed: {e.strerror}", path) from None
     finally:

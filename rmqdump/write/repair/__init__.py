@@ -34,9 +34,7 @@ from rmqdump.write.repair.apply import (  # noqa: F401
 from rmqdump.write.repair.files import (  # noqa: F401
     _blank,
     _copy_extents,
-    _data_extents,
     _merge_units,
-    _nonzero_chunks,
     _nonzero_pieces,
     _open,
     _pread_all,

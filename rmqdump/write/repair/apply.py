@@ -15,11 +15,11 @@ from rmqdump.codec.layout import (
     STORE_ABORT_FILE,
 )
 from rmqdump.disk.durable import fsync_dir, fsync_fd, open_write
+from rmqdump.disk.extents import nonzero_chunks
 from rmqdump.disk.guard import refuse_inside
 from rmqdump.errors import FormatError, LockError, StoreError
 from rmqdump.write.repair.files import (
     _copy_extents,
-    _nonzero_chunks,
     _open,
     _pread_all,
     _pwrite_all,
@@ -110,7 +110,7 @@ def _backup_changes(root: Path, plan: RepairPlan, backup: Path) -> list[dict]:
             fd = _open(target)
             try:
                 size = st.st_size
-                has_data = next(_nonzero_chunks(fd, size), None) is not None
+                has_data = next(nonzero_chunks(fd, 0, size), None) is not None
             finally:
                 os.close(fd)
             item.update(size=size, mode=stat.S_IMODE(st.st_mode), sha256_before=sha256_file(target))

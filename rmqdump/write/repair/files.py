@@ -1,4 +1,4 @@
-"""File helpers of the repair: whole reads and writes, data extents, hashes, byte diffs."""
+"""File helpers of the repair: whole reads and writes, copies of data extents, hashes, byte diffs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 from rmqdump.disk.durable import open_write
+from rmqdump.disk.extents import nonzero_chunks
 from rmqdump.disk.fileio import open_read
 from rmqdump.errors import StoreError
 from rmqdump.write.repair.model import _CHUNK
@@ -44,23 +45,6 @@ def _pwrite_all(fd: int, data, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def _data_extents(fd: int, size: int):
-    """(start, end) extents that may hold data (holes skipped where SEEK_DATA works)."""
-    pos = 0
-    while pos < size:
-        try:
-            data = os.lseek(fd, pos, os.SEEK_DATA)
-            hole = os.lseek(fd, data, os.SEEK_HOLE)
-        except OSError:
-            if pos == 0:
-                yield 0, size
-            return
-        if data >= size:
-            return
-        yield data, min(hole, size)
-        pos = hole
-
-
 def sha256_range(path: Path, offset: int, length: int) -> str:
     h = hashlib.sha256()
     fd = _open(path)
@@ -92,24 +76,11 @@ def _zero_sha(length: int) -> str:
     return h.hexdigest()
 
 
-def _nonzero_chunks(fd: int, size: int):
-    """(position, bytes) of the chunks of ``fd``'s data extents that hold a non-zero byte."""
-    for a, b in _data_extents(fd, size):
-        p = a
-        while p < b:
-            chunk = os.pread(fd, min(_CHUNK, b - p), p)
-            if not chunk:
-                return
-            if chunk.count(0) != len(chunk):
-                yield p, chunk
-            p += len(chunk)
-
-
 def _copy_extents(src: Path, dst_fd: int) -> None:
     """Copy the non-zero chunks of ``src`` into ``dst_fd`` at the same positions."""
     fd = _open(src)
     try:
-        for p, chunk in _nonzero_chunks(fd, os.fstat(fd).st_size):
+        for p, chunk in nonzero_chunks(fd, 0, os.fstat(fd).st_size):
             _pwrite_all(dst_fd, chunk, p)
     finally:
         os.close(fd)

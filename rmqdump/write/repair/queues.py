@@ -20,13 +20,13 @@ from rmqdump.codec.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
+from rmqdump.disk.extents import data_extents
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import RmqdumpError
 from rmqdump.fast.cqrebuild import QueueUnits, put_units
 from rmqdump.fast.redispatch import dispatch_candidates
 from rmqdump.store.consumequeue import ConsumeQueueWriter, batch_cq_topics, open_batch_queues
 from rmqdump.write.repair.files import (
-    _data_extents,
     _merge_units,
     _nonzero_pieces,
     _open,
@@ -347,7 +347,7 @@ def _rebuild_cq_changes(cl, root: Path, cq_file_size: int, end: int, plan: Repai
                 fd = _open(staged)
                 try:
                     pieces = []
-                    for a, b in _data_extents(fd, os.fstat(fd).st_size):
+                    for a, b in data_extents(fd, 0, os.fstat(fd).st_size):
                         data = _pread_all(fd, b - a, a)
                         stripped = data.rstrip(b"\0")
                         if stripped:
