@@ -78,8 +78,8 @@ def _reports_holes(path) -> bool:
 
 
 def test_a_sparse_queue_file_is_not_read_whole(tmp_path, monkeypatch):
-    """A 6 MB queue file with three units: the queue's state (recovery, units past its end) reads a few KiB
-    of it (it read all 6 MB, twice over, and a 327 KB first chunk)."""
+    """A 6 MB queue file with three units: the queue's state (recovery, units past its end) and its truncation
+    to a commitlog end read a few KiB of it (they read all 6 MB, and a 327 KB first chunk)."""
     qdir = _queue(tmp_path, CASES["written head only"])
     if not _reports_holes(qdir / ("0" * 20)):
         pytest.skip("this filesystem does not report holes (SEEK_HOLE): every byte may be data")
@@ -95,6 +95,12 @@ def test_a_sparse_queue_file_is_not_read_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "pread", counting)
     (st,), _ = Q.consume_queue_states(Store.open(tmp_path))
     assert st.max_offset == 3 and st.beyond == []
+    assert read < 64 << 10
+    # the commitlog ends before the queue's entries: truncateDirtyLogicFiles keeps the units below its end
+    # (it read the whole file)
+    read = 0
+    cut = Q.cq_truncation(st, 15, True)
+    assert (cut.new_end, cut.dropped) == (2, [(2, 20)])
     assert read < 64 << 10
 
 

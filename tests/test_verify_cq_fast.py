@@ -193,11 +193,16 @@ def test_join_matches_pure_on_damaged_batchcq(tmp_path, monkeypatch):
     assert "cq_size_mismatch" in {f["kind"] for f in doc["findings"]}
 
 
-def test_cq_truncation_reads_whole_files_like_unit_by_unit(monkeypatch):
-    """The recovery prediction's truncateDirtyLogicFiles over raw file bytes (``_file_keep``) gives the
-    unit-by-unit verdict, at every process offset around every entry of every bundled queue."""
+@pytest.mark.parametrize(("first", "most"), [(256, 16384), (1, 2), (3, 5)])
+def test_cq_truncation_reads_whole_files_like_unit_by_unit(monkeypatch, first, most):
+    """The recovery prediction's truncateDirtyLogicFiles over raw file bytes (``_file_keep``, read in chunks of
+    ``first`` units growing to ``most``) gives the unit-by-unit verdict, at every process offset around every
+    entry of every bundled queue."""
     from rmqdump.broker.recovery import queues as Q
     from rmqdump.store.root import Store
+
+    monkeypatch.setattr(Q, "RECOVER_FIRST_UNITS", first)
+    monkeypatch.setattr(Q, "RECOVER_CHUNK_UNITS", most)
 
     compared = 0
     for path in CQ_STORES:

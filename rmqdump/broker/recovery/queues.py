@@ -14,6 +14,7 @@ from rmqdump.disk.extents import nonzero_chunks
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.store.consumequeue.entries import CqEntry, leading_valid_units
+from rmqdump.store.consumequeue.reader import RECOVER_CHUNK_UNITS, RECOVER_FIRST_UNITS
 from rmqdump.store.root import Store
 
 
@@ -280,20 +281,29 @@ def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
             or any(b.start <= a.start for a, b in zip(files, files[1:], strict=False))
             or any(g is not f and g.start < f.start + fs and g.start + min(g.size, fs) > f.start for g in files)):
         return None
+    unit, per_file = CQ_STORE_UNIT_SIZE, fs // CQ_STORE_UNIT_SIZE
+    k = 0  # leading units below process_offset, read in chunks growing from RECOVER_FIRST_UNITS
+    want = RECOVER_FIRST_UNITS
     try:
         fd = open_regular(f.path)
         try:
-            raw = os.pread(fd, fs, 0)
+            while k < per_file:
+                n = min(want, per_file - k)
+                raw = os.pread(fd, n * unit, k * unit)
+                if len(raw) < n * unit:
+                    return None  # shorter than the file size after all
+                if k == 0 and CQ_UNIT.unpack_from(raw)[0] >= process_offset:
+                    return -1
+                m = leading_valid_units(raw, process_offset)
+                k += m
+                if m < n:
+                    break
+                want = min(want * 4, RECOVER_CHUNK_UNITS)
         finally:
             os.close(fd)
     except (OSError, StoreError):
         return None
-    if len(raw) < fs:
-        return None
-    base = f.start // CQ_STORE_UNIT_SIZE
-    if CQ_UNIT.unpack_from(raw)[0] >= process_offset:
-        return -1
-    return base + max(leading_valid_units(raw, process_offset), 1)
+    return f.start // unit + max(k, 1)
 
 
 def _first_units(cq, base: int, per_file: int):
