@@ -14,7 +14,8 @@ pre-allocated tails):
   a digest of each config file's bytes: those differ between hosts by design (each builds its own index,
   writes its own checkpoint), so they are compared as metadata, apart from the data.
 
-Files are read with ``pread`` into one reused buffer (:data:`CHUNK` bytes): bounded memory on any store.
+Files are read with ``pread`` in bounded chunks (a whole range into one reused buffer of :data:`CHUNK` bytes; a
+trimmed file only where it holds non-zero bytes, its holes not at all): bounded memory on any store.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from rmqdump.codec.layout import BCQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE, END_FILE_MIN_BLANK_LENGTH, MAX_RECORD_SIZE
 from rmqdump.codec.record import END_OF_DATA, Blank
 from rmqdump.disk.evidence import record_read
+from rmqdump.disk.extents import nonzero_chunks, nonzero_end
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.store.commitlog import CommitLog, Walk
@@ -71,28 +73,24 @@ class _Hasher:
 
     def trimmed(self, path: Path, limit: int, align: int = 1) -> tuple[str, int]:
         """(digest, length) of ``path`` up to its last non-zero byte within ``limit``, rounded up to a
-        multiple of ``align`` (trailing zeros are unwritten space). One forward pass: runs of zeros are
-        held back and hashed only when non-zero data follows them."""
+        multiple of ``align`` (trailing zeros are unwritten space). Only the chunks holding non-zero bytes are
+        read (:func:`~rmqdump.disk.extents.nonzero_chunks`: holes of a sparse file are not); the zeros between
+        them are hashed as zeros."""
         h = hashlib.blake2b(digest_size=32)
         fd = _open(path)
-        pending = done = pos = 0  # zeros held back; bytes hashed; read position
+        done = 0  # bytes hashed: [0, done)
         try:
-            while pos < limit:
-                got = self._read(fd, pos, min(len(self.buf), limit - pos), path)
-                if not got:
-                    break
-                n = len(got)
-                keep = n if got[-1] else len(bytes(got).rstrip(b"\0"))
-                if keep:
-                    done += _zeros(h, pending) + keep
-                    h.update(got[:keep])
-                    pending = n - keep
-                else:
-                    pending += n
-                pos += n
+            end = min(limit, os.fstat(fd).st_size)
+            for pos, data in nonzero_chunks(fd, 0, end):
+                done += _zeros(h, pos - done)
+                keep = nonzero_end(data)
+                h.update(memoryview(data)[:keep])
+                done += keep
+        except OSError as e:
+            raise StoreError(f"read failed: {e.strerror}", path) from None
         finally:
             os.close(fd)
-        done += _zeros(h, min(pending, -done % align))
+        done += _zeros(h, min(end - done, -done % align))
         return h.hexdigest(), done
 
 

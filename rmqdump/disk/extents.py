@@ -46,6 +46,17 @@ def is_zero(chunk: bytes) -> bool:
     return chunk == (_ZEROS if n == CHUNK else _ZEROS[:n])
 
 
+def nonzero_end(data: bytes) -> int:
+    """Length of ``data`` without its trailing zeros: zero blocks skipped from the end (64 KiB, then 4 KiB,
+    each a memcmp), the last non-zero block stripped."""
+    end = len(data)
+    for step in (65536, 4096):
+        while end > 0 and is_zero(data[max(0, end - step):end]):
+            end = max(0, end - step)
+    lo = max(0, end - 4096)
+    return lo + len(data[lo:end].rstrip(b"\0"))
+
+
 def nonzero_chunks(fd: int, start: int, end: int, chunk: int = CHUNK) -> Iterator[tuple[int, bytes]]:
     """(position, bytes) of the chunks of ``fd[start:end]``'s data extents that hold a non-zero byte; reads
     stop at the end of the file. Chunks are ``chunk`` bytes from each extent's start (the last shorter)."""
