@@ -14,6 +14,7 @@ from pathlib import Path
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT, MAX_RECORD_SIZE
 from rmqdump.codec.record import Blank, Message
 from rmqdump.disk.evidence import record_read
+from rmqdump.disk.extents import data_extents
 from rmqdump.disk.fileio import open_regular
 from rmqdump.errors import RmqdumpError, StoreError
 from rmqdump.store.commitlog import CommitLog, Walk
@@ -230,13 +231,14 @@ def diff_queues(root_a: Path, root_b: Path) -> dict:
     except RmqdumpError as e:
         out["errors"].append(str(e))
         return out
+    readers = (_Reader(), _Reader())  # one buffer each for every queue (8 MiB, newly touched: not per queue)
     for key in sorted(qa.keys() | qb.keys()):
         name = {"topic": key[0], "queue_id": key[1]}
         if key not in qa or key not in qb:
             out["queues"].append({**name, "detail": f"queue only in {'A' if key in qa else 'B'}"})
             continue
         try:
-            d = _diff_queue(qa[key].path, qb[key].path)
+            d = _diff_queue(qa[key].path, qb[key].path, readers)
         except RmqdumpError as e:
             out["errors"].append(str(e))
             continue
@@ -253,27 +255,28 @@ def _queue_range(path: Path) -> dict:
     return {"first_offset": first, "max_offset": q.max_offset, "files": [f.path.name for f in q.files]}
 
 
-def _diff_queue(pa: Path, pb: Path) -> dict | None:
+def _diff_queue(pa: Path, pb: Path, readers: tuple[_Reader, _Reader] | None = None) -> dict | None:
     from rmqdump.store.consumequeue import list_mapped_files
 
     fa, _ = list_mapped_files(pa)
     fb, _ = list_mapped_files(pb)
     ma, mb = {f.start: f for f in fa}, {f.start: f for f in fb}
     first = None
-    ra, rb = _Reader(), _Reader()
+    ra, rb = readers or (_Reader(), _Reader())
     try:
         for start in sorted(ma.keys() & mb.keys()):
             x, y = ma[start], mb[start]
-            pos, size = 0, max(x.size, y.size)
-            while pos < size and first is None:
-                want = min(CHUNK - CHUNK % CQ_STORE_UNIT_SIZE, size - pos)
-                u, v = ra.read(x.path, pos, want), rb.read(y.path, pos, want)
-                i = first_difference(u, v)
-                if i is not None:
-                    i -= i % CQ_STORE_UNIT_SIZE
-                    first = {"queue_offset": (start + pos + i) // CQ_STORE_UNIT_SIZE,
-                             "a": _unit(u, i), "b": _unit(v, i)}
-                pos += want
+            for lo, hi in _spans(x, y):
+                pos = lo
+                while pos < hi and first is None:
+                    want = min(CHUNK - CHUNK % CQ_STORE_UNIT_SIZE, hi - pos)
+                    u, v = ra.read(x.path, pos, want), rb.read(y.path, pos, want)
+                    i = first_difference(u, v)
+                    if i is not None:
+                        i -= i % CQ_STORE_UNIT_SIZE
+                        first = {"queue_offset": (start + pos + i) // CQ_STORE_UNIT_SIZE,
+                                 "a": _unit(u, i), "b": _unit(v, i)}
+                    pos += want
             if first is not None:
                 break
     finally:
@@ -292,6 +295,29 @@ def _diff_queue(pa: Path, pb: Path) -> dict | None:
         parts.append("files only on one side: " + ", ".join(
             f"{(ma.get(s) or mb.get(s)).path.name} ({'A' if s in ma else 'B'})" for s in only[:10]))
     out["detail"] = "; ".join(parts)
+    return out
+
+
+def _spans(x, y) -> list[tuple[int, int]]:
+    """Unit-aligned byte ranges where two same-named queue files may differ: where either may hold data
+    (holes of both are zeros in both) and, when their sizes differ, from the shorter one's end."""
+    unit = CQ_STORE_UNIT_SIZE
+    spans = [] if x.size == y.size else [(min(x.size, y.size), max(x.size, y.size))]
+    for f in (x, y):
+        try:
+            fd = open_regular(f.path, follow=False)
+        except StoreError:
+            return [(0, max(x.size, y.size))]
+        try:
+            spans += data_extents(fd, 0, f.size)
+        finally:
+            os.close(fd)
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted((lo - lo % unit, hi) for lo, hi in spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
     return out
 
 
