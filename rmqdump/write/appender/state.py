@@ -15,7 +15,7 @@ from rmqdump.codec.layout import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from rmqdump.disk.extents import nonzero_chunks
+from rmqdump.disk.extents import nonzero_chunks, nonzero_end
 from rmqdump.disk.fileio import open_read
 from rmqdump.disk.paths import is_safe_component
 from rmqdump.errors import RmqdumpError, StoreError, UnsupportedError
@@ -36,7 +36,7 @@ def nonzero_span(path: str | os.PathLike, start: int, end: int) -> tuple[int, in
         for p, chunk in nonzero_chunks(fd, start, end):
             if first is None:
                 first = p + len(chunk) - len(chunk.lstrip(b"\0"))
-            last = p + len(chunk.rstrip(b"\0"))
+            last = p + nonzero_end(chunk)
     except OSError as e:
         raise StoreError(f"read failed: {e.strerror}", path) from None
     finally:
