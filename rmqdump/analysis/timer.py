@@ -214,7 +214,7 @@ def predicted_queue_end(pred) -> int | None:
     for q in getattr(pred, "redispatched", ()):
         if q.queue == name:
             return q.new_end
-    for q in getattr(pred, "queues", ()):
+    for q in [*getattr(pred, "queues", ()), *getattr(pred, "kept_invalid", ())]:
         if q.queue == name:
             return min(q.new_end, q.dropped[0][0]) if q.dropped else q.new_end
     return None

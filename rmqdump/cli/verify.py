@@ -167,6 +167,10 @@ def render_report(console: Console, doc: dict) -> None:
             t.add_row("dropped CQ entries", Text(_safe(f"{cq['count']}: {qs}"), style="red"))
         else:
             t.add_row("dropped CQ entries", _t("none"))
+        kept = rec.get("invalid_cq_units_kept") or {}
+        if kept:
+            qs = ", ".join(f"{k} at {v['queue_offset']}" for k, v in sorted(kept.items()))
+            t.add_row("invalid CQ units kept", Text(_safe(f"{len(kept)}: {qs}"), style="yellow"))
         rd = rec.get("redispatched_cq_entries") or {"count": 0}
         if rd["count"]:
             qs = ", ".join(f"{k} +{v['count']}" for k, v in sorted(rd["queues"].items()))

@@ -357,6 +357,20 @@ def dmg_zero_cq_tail(b: Built) -> list[Mutation] | None:
              "offset": (e["queueOffset"] - first) * 20, "length": 20}, {"op": "touch", "path": "abort"}]
 
 
+def dmg_zero_cq_queue(b: Built) -> list[Mutation] | None:
+    """A queue of an ordinary topic whose first file exists all zero and receives no record (seen in a crashed
+    RocketMQ store: the file created, its first unit never written). ``truncateDirtyLogicFiles`` keeps that
+    unit when the consume queues reach the commitlog's end."""
+    entries = [m for m in b.of("cq_entry") if m["topic"].startswith("Topic")]
+    if not entries:
+        return None
+    topic = min(m["topic"] for m in entries)
+    qid = max(m["queueId"] for m in b.of("message") if m["topic"] == topic) + 1
+    path = f"consumequeue/{topic}/{qid}/{0:020d}"
+    return [{"op": "touch", "path": path},
+            {"op": "truncate", "path": path, "size": int(b.settings["mappedFileSizeConsumeQueue"])}]
+
+
 DAMAGES: dict[str, Callable[[Built], list[Mutation] | None]] = {
     "torn-tail": dmg_torn_tail,
     "flip-body-mid": dmg_flip_body_mid,
@@ -372,6 +386,7 @@ DAMAGES: dict[str, Callable[[Built], list[Mutation] | None]] = {
     "delete-topic-cq": dmg_delete_topic_cq,
     "delete-last-index": dmg_delete_last_index,
     "zero-cq-tail": dmg_zero_cq_tail,
+    "zero-cq-queue": dmg_zero_cq_queue,
 }
 
 #: damage applied to every clean base; the full list to the "everything" bases

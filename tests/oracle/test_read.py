@@ -67,10 +67,12 @@ def _predicted_cq_max(store, rec: dict) -> dict[tuple[str, int], int]:
     assert res.exit_code in (0, 1), res.output
     doc = json.loads(res.stdout)
     queues = {(q["topic"], q["queue_id"]): q["max_offset"] for q in doc["queues"]}
-    for change in ("dropped_cq_entries", "redispatched_cq_entries"):  # truncation first, then re-dispatch
-        for qname, q in rec[change]["queues"].items():
-            topic, qid = qname.rsplit("/", 1)
-            queues[(topic, int(qid))] = q["new_max_offset"]
+    # truncation first (entries dropped, an invalid first unit kept), then re-dispatch
+    changes = [*rec["dropped_cq_entries"]["queues"].items(), *rec["invalid_cq_units_kept"].items(),
+               *rec["redispatched_cq_entries"]["queues"].items()]
+    for qname, q in changes:
+        topic, qid = qname.rsplit("/", 1)
+        queues[(topic, int(qid))] = q["new_max_offset"]
     return queues
 
 

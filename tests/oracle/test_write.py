@@ -230,7 +230,10 @@ def test_rebuild_byte_identical_to_rocketmq(matrix, name, what, tmp_path):
     if what == "index" and b.info["commitlog_min_offset"] > 0:
         # retention deleted the oldest files: RocketMQ's index still holds entries for their records, which no
         # rebuild from the commitlog can write (RocketMQ's own would not either). RocketMQ's queries over the
-        # rebuilt files must find every record that is still there, as over its own files.
+        # rebuilt files must find every record that is still there, as over its own files, and only records
+        # with the key. They may find more: retention can delete the index file of records whose commitlog file
+        # stays on disk (a CI run: index files from 7425 on, commitlog from 4096; RocketMQ keeps a file it fails
+        # to destroy while it is still referenced, and deletes the index files below the minimum it believes)
         store = writable_copy(b, tmp_path / "store")
         shutil.rmtree(store / "index")
         shutil.copytree(tmp_path / "out" / "index", store / "index")
@@ -241,7 +244,18 @@ def test_rebuild_byte_identical_to_rocketmq(matrix, name, what, tmp_path):
                    for q in manifest if q["type"] == "index_query"}
             return {k: v for k, v in out.items() if v}
 
-        assert answers(load(b.version, store, b.run_args)) == answers(b.manifest)
+        got, want = answers(load(b.version, store, b.run_args)), answers(b.manifest)
+        msgs = {m["commitLogOffset"]: m for m in b.manifest if m["type"] == "message"}
+
+        def has_key(offset: int, topic: str, key: str) -> bool:
+            m = msgs.get(offset)
+            return m is not None and m["topic"] == topic and (key == m.get("uniqKey")
+                                                                or key in (m.get("keys") or "").split())
+
+        assert want, "RocketMQ's own index answers no query over the records still there"
+        for q in sorted(set(got) | set(want)):
+            assert set(got.get(q, ())) >= set(want.get(q, ())), f"{q}: the rebuilt index misses records"
+            assert all(has_key(o, *q) for o in got.get(q, ())), f"{q}: the rebuilt index answers other records"
         return
     if what == "index":  # index files are named by the wall clock at creation: compare them in order
         findings = verify_doc(b.store)[0]["findings"]

@@ -115,6 +115,8 @@ Recovery:
   ``recovery_refuses_start`` (error)  the broker's load() would fail
   ``recovery_misplaces_cq_entries`` (warning)  recovery's re-dispatch would write entries at other queue
   offsets than their records' (5.3.3 normal recovery after lost consume-queue files)
+  ``recovery_keeps_invalid_cq_unit`` (warning)  the consume-queue truncation would keep the unwritten first
+  unit of a queue's last file as an entry (a crash between creating the file and writing it)
   ``recovery_unpredictable`` (warning)  the prediction could not be made
   A DLedger store's prediction has mode ``dledger`` (:mod:`rmqdump.broker.recovery.dledger`).
 
@@ -127,6 +129,7 @@ The JSON document (:meth:`VerifyReport.to_dict`, ``--format json``):
                  dropped_cq_entries: {count, queues: {"topic/qid": {count, from_queue_offset, new_max_offset,
                  commitlog_offsets}}}, redispatched_cq_entries: {count, queues: {"topic/qid": {count,
                  from_queue_offset, new_max_offset, created, commitlog_offsets, misplaced, first_misplaced}}},
+                 invalid_cq_units_kept: {"topic/qid": {queue_offset, commitlog_offset, size, new_max_offset}},
                  deleted_index_files: [{file, end_timestamp, begin_phy_offset,
                  end_phy_offset, entries}], lost_index_range, load_errors, start_failures: [{file, reason,
                  stage}], notes, accepted_damaged,
@@ -176,6 +179,7 @@ from rmqdump.broker.recovery import (
     predict_recovery_auto,
 )
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
+from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE as CQ_UNIT_SIZE
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.errors import RmqdumpError
 from rmqdump.fast import readahead
@@ -485,7 +489,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             findings += verify_timer(store, cache, pred, max_per_kind=max_findings_per_kind)
             if pred is not None:
                 ends = {}
-                for q in pred.queues:
+                for q in [*pred.queues, *pred.kept_invalid]:
                     ends[q.queue] = min(q.new_end, q.dropped[0][0]) if q.dropped else q.new_end
                 findings += check_consumer_offsets(loaded_cfg.get("consumerOffset.json"), states, ends)
     finally:
@@ -509,6 +513,13 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                     f"{pred.mode} recovery would re-dispatch {q.misplaced} record(s) of {q.queue} at other queue "
                     f"offsets (the record at {off}, queue offset {want}, lands at {at}): consumers skip or "
                     "re-read messages there; rebuild the queue (repair) before the broker starts"))
+        for q in pred.kept_invalid:
+            qoff, off, size = q.kept_invalid
+            findings.append(Finding(
+                WARNING, "recovery_keeps_invalid_cq_unit", f"consumequeue/{q.queue}/{qoff * CQ_UNIT_SIZE:020d}", 0,
+                f"{pred.mode} recovery would keep the invalid unit at queue offset {qoff} of {q.queue} (commitlog "
+                f"offset {off}, size {size}; truncateDirtyLogicFiles keeps a last file's first unit unchecked): the "
+                f"queue's max offset becomes {q.new_end} with an entry that is no message; repair deletes the file"))
         if pred.mode == MODE_REFUSES:
             findings.append(Finding(ERROR, "recovery_refuses_start", None, None, pred.reason))
         elif pred.dropped.count or pred.deleted_commitlog_files and pred.dropped.bytes:

@@ -29,6 +29,7 @@ from rmqdump.broker.recovery.queues import (
     QueueState,
     consume_queue_states,
     cq_truncation,
+    kept_invalid_units,
     max_phy_offset_of_consume_queue,
 )
 from rmqdump.broker.recovery.walk import BrokerWalk
@@ -145,10 +146,9 @@ def predict_dledger_recovery(store: Store, pred, *, use_mmap: bool = True, list_
         pred.redispatched = redispatch(cl, queue_states, start_index=cl.segments.index(segs[0]), end_offset=cq_end,
                                        use_mmap=use_mmap)
     pred.cq_truncated = max_phy_cq >= cq_end
-    for st in queue_states:
-        qt = cq_truncation(st, cq_end, pred.cq_truncated)
-        if qt.count:
-            pred.queues.append(qt)
+    truncations = [cq_truncation(st, cq_end, pred.cq_truncated) for st in queue_states]
+    pred.queues = [qt for qt in truncations if qt.count]
+    pred.kept_invalid = kept_invalid_units(truncations, pred.redispatched)
     if list_dropped:
         pred.dropped = dropped_records(cl, process, use_mmap=use_mmap, list_limit=list_limit)
     idx, idx_notes = index_deletions(store, checkpoint, abnormal)

@@ -29,6 +29,7 @@ from rmqdump.broker.recovery.queues import (
     QueueTruncation,
     consume_queue_states,
     cq_truncation,
+    kept_invalid_units,
     max_phy_offset_of_consume_queue,
 )
 from rmqdump.broker.recovery.start import StartFailure, start_failures
@@ -60,6 +61,9 @@ class RecoveryPrediction:
     max_phy_offset_of_consume_queue: int = -1
     cq_truncated: bool = False
     queues: list[QueueTruncation] = field(default_factory=list)
+    #: queues whose truncation keeps an invalid first unit of their last file (:attr:`QueueTruncation.kept_invalid`)
+    #: and that recovery dispatches nothing into (a dispatched record overwrites that unit before the truncation)
+    kept_invalid: list[QueueTruncation] = field(default_factory=list)
     redispatched: list[QueueRedispatch] = field(default_factory=list)
     dropped: DroppedRecords = field(default_factory=DroppedRecords)
     deleted_index_files: list[dict] = field(default_factory=list)
@@ -108,6 +112,10 @@ class RecoveryPrediction:
                 "count": self.redispatched_cq_entries,
                 "queues": {q.queue: q.to_dict() for q in self.redispatched},
             },
+            "invalid_cq_units_kept": {
+                q.queue: {"queue_offset": q.kept_invalid[0], "commitlog_offset": q.kept_invalid[1],
+                          "size": q.kept_invalid[2], "new_max_offset": q.new_end}
+                for q in self.kept_invalid},
             "deleted_index_files": self.deleted_index_files,
             "lost_index_range": None if self.lost_index_range is None else list(self.lost_index_range),
             "load_errors": self.load_errors,
@@ -193,10 +201,8 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
     pred.max_offset = walk.process_offset
     pred.truncated_file, pred.deleted_commitlog_files = commitlog_truncation(cl, walk.process_offset)
     pred.cq_truncated = max_phy_cq >= walk.process_offset
-    for st in queue_states:
-        qt = cq_truncation(st, walk.process_offset, pred.cq_truncated)
-        if qt.count:
-            pred.queues.append(qt)
+    truncations = [cq_truncation(st, walk.process_offset, pred.cq_truncated) for st in queue_states]
+    pred.queues = [qt for qt in truncations if qt.count]
     if abnormal or version == VERSION_53:
         from rmqdump.store.consumequeue import batch_cq_topics
 
@@ -204,6 +210,7 @@ def predict_recovery(store: Store, *, version: str = VERSION_49, check_crc: bool
         pred.redispatched = (redispatcher or redispatch)(
             cl, queue_states, start_index=start, end_offset=walk.process_offset,
             after=-1 if abnormal else max_phy_cq, batch_topics=bcq, use_mmap=use_mmap)
+    pred.kept_invalid = kept_invalid_units(truncations, pred.redispatched)
     if list_dropped:
         pred.dropped = dropped_records(cl, walk.process_offset, use_mmap=use_mmap, list_limit=list_limit)
     idx, idx_notes = index_deletions(store, checkpoint, abnormal)

@@ -230,6 +230,9 @@ class QueueTruncation:
     recovered_end: int
     new_end: int
     dropped: list[tuple[int, int]]  # (queue offset, commitlog offset)
+    #: (queue offset, commitlog offset, size) of an invalid unit the truncation keeps: the first unit of the
+    #: queue's last file, which ``truncateDirtyLogicFiles`` tests only against ``processOffset``
+    kept_invalid: tuple[int, int, int] | None = None
 
     @property
     def count(self) -> int:
@@ -237,44 +240,79 @@ class QueueTruncation:
 
 
 def cq_truncation(state: QueueState, process_offset: int, truncate: bool) -> QueueTruncation:
-    """Emulate ``ConsumeQueue.truncateDirtyLogicFiles(processOffset)`` after ``recover()``."""
+    """Emulate ``ConsumeQueue.truncateDirtyLogicFiles(processOffset)`` after ``recover()``.
+
+    The loop starts at the last file ``recover()`` kept, which is the one starting at the recovered end when
+    its first unit stopped ``recover()``: that unit is kept whatever it holds, if its offset is below
+    ``processOffset`` (the ``i == 0`` branch tests nothing else), and so are the valid units after it."""
     end = state.max_offset
     dropped = list(state.beyond)
     new_end = end
+    kept_invalid = None
     if truncate and state.files:
         unit = 20
+        per_file = state.file_size // unit
         new_end = state.first_offset
         for f in reversed(state.files):
             base = f.start // unit
-            if base >= end:
-                continue
+            if base > end:
+                continue  # recover() deleted it
             key = (f.start, process_offset)
             if key not in state.keeps:
                 state.keeps[key] = _file_keep(state, f, process_offset)
             keep = state.keeps[key]
             if keep is None:  # not one whole file alone at its place: unit by unit
-                units = list(_first_units(state.cq, base, state.file_size // unit))
+                units = list(_first_units(state.cq, base, per_file))
                 if not units or units[0].commit_log_offset >= process_offset:
                     continue  # deleteLastMappedFile
                 keep = base + 1
-                for u in units[1:]:
+                rest = units[1:] if units[0].is_valid else list(_first_units(state.cq, base + 1, per_file - 1))
+                for u in rest:
                     if u.is_valid and u.commit_log_offset < process_offset:
                         keep = u.queue_offset + 1
                     else:
                         break
             elif keep < 0:
                 continue  # deleteLastMappedFile
-            new_end = min(keep, end)
+            if base == end:
+                first = _first_unit(f)
+                if first is not None and not (first[0] >= 0 and first[1] > 0):
+                    kept_invalid = (end, *first)
+                new_end = keep
+            else:
+                new_end = min(keep, end)
             break
+        dropped = [d for d in dropped if d[0] >= new_end]
         dropped += [(u.queue_offset, u.commit_log_offset) for u in _units(state.cq, new_end, end) if u.is_valid]
     dropped.sort()
-    return QueueTruncation(state.name, end, new_end, dropped)
+    return QueueTruncation(state.name, end, new_end, dropped, kept_invalid)
+
+
+def kept_invalid_units(truncations: list[QueueTruncation], redispatched: list) -> list[QueueTruncation]:
+    """The truncations that keep an invalid unit, but for queues recovery dispatches a record into: its walk
+    dispatches before ``truncateDirtyLogicFiles`` runs, writing that unit."""
+    filled = {q.queue for q in redispatched}
+    return [qt for qt in truncations if qt.kept_invalid is not None and qt.queue not in filled]
+
+
+def _first_unit(f) -> tuple[int, int] | None:
+    """(commitlog offset, size) of the first unit of file ``f``; None if it cannot be read whole."""
+    try:
+        fd = open_regular(f.path)
+        try:
+            raw = os.pread(fd, CQ_STORE_UNIT_SIZE, 0)
+        finally:
+            os.close(fd)
+    except (OSError, StoreError):
+        return None
+    return CQ_UNIT.unpack(raw)[:2] if len(raw) == CQ_STORE_UNIT_SIZE else None
 
 
 def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
     """The truncation loop's verdict on file ``f`` read as raw units (no object per unit): the queue offset
-    after its leading units below ``process_offset``, -1 when its first unit is not below it, None when
-    ``f`` is not a whole, aligned file that no other file overlaps (then :func:`_first_units` decides)."""
+    after its first unit (kept unchecked) and the valid units after it below ``process_offset``, -1 when its
+    first unit is not below it, None when ``f`` is not a whole, aligned file that no other file overlaps
+    (then :func:`_first_units` decides)."""
     cq, fs = state.cq, state.file_size
     files = cq.files
     if (cq.file_size != fs or fs % CQ_STORE_UNIT_SIZE or f.start % CQ_STORE_UNIT_SIZE or f.size < fs
@@ -282,7 +320,7 @@ def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
             or any(g is not f and g.start < f.start + fs and g.start + min(g.size, fs) > f.start for g in files)):
         return None
     unit, per_file = CQ_STORE_UNIT_SIZE, fs // CQ_STORE_UNIT_SIZE
-    k = 0  # leading units below process_offset, read in chunks growing from RECOVER_FIRST_UNITS
+    k = 0  # leading units kept, read in chunks growing from RECOVER_FIRST_UNITS
     want = RECOVER_FIRST_UNITS
     try:
         fd = open_regular(f.path)
@@ -292,9 +330,12 @@ def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
                 raw = os.pread(fd, n * unit, k * unit)
                 if len(raw) < n * unit:
                     return None  # shorter than the file size after all
-                if k == 0 and CQ_UNIT.unpack_from(raw)[0] >= process_offset:
-                    return -1
-                m = leading_valid_units(raw, process_offset)
+                if k == 0:
+                    if CQ_UNIT.unpack_from(raw)[0] >= process_offset:
+                        return -1
+                    m = 1 + leading_valid_units(raw[unit:], process_offset)  # the first unit: i == 0
+                else:
+                    m = leading_valid_units(raw, process_offset)
                 k += m
                 if m < n:
                     break
@@ -303,7 +344,7 @@ def _file_keep(state: QueueState, f, process_offset: int) -> int | None:
             os.close(fd)
     except (OSError, StoreError):
         return None
-    return f.start // unit + max(k, 1)
+    return f.start // unit + k
 
 
 def _first_units(cq, base: int, per_file: int):

@@ -213,7 +213,10 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
         ed = _QueueEdit(root, st.topic, st.queue_id, st.path, st.file_size, st.cq.files if st.cq else st.files,
                         new_end, max_phys)
         extent = _cq_extent(st, new_end)
-        if extent > new_end or qt.count:
+        # a file from the new end on holds no unit to keep; left in place, the broker would append at its
+        # start whatever queue offset comes next, and keep its invalid first unit after a crash (kept_invalid)
+        past = any(f.start >= new_end * CQ_STORE_UNIT_SIZE for f in ed.existing.values())
+        if extent > new_end or qt.count or past:
             ed.truncate(new_end, qt.count)
         edits[(st.topic, st.queue_id)] = ed
         if st.cq is not None:
