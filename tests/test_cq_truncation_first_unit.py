@@ -121,6 +121,10 @@ def test_verify_and_repair_on_a_store(tmp_path):
     text = CliRunner().invoke(cli, ["verify", str(store)], env={"COLUMNS": "200"}).output
     assert "invalid CQ units kept" in text and "TopicTest/9 at 0" in text
 
+    res = CliRunner().invoke(cli, ["repair", str(store), "-f", "json"])  # the plan says so
+    assert res.exit_code == 1, res.output
+    steps = [s for s in json.loads(res.stdout)["steps"] if s["group"] == "consumequeue"]
+    assert [(s["action"], s["queue"], s["files"]) for s in steps] == [("delete", "TopicTest/9", ["0" * 20])]
     res = CliRunner().invoke(cli, ["repair", str(store), "--apply", "--backup-dir", str(tmp_path / "bk"), "-q"])
     assert res.exit_code == 0, res.output
     assert not qfile.exists()

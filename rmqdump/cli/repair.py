@@ -34,6 +34,8 @@ def _render_plan(console, doc) -> None:
                  f"zero {s['zero_bytes']} bytes from {s['zero_from']}")
         elif a == "delete" and g == "commitlog":
             line(f"  - commitlog: delete {s['file']}" + ("" if s["has_data"] else " (all zeros)"))
+        elif a == "delete" and g == "consumequeue":
+            line(f"  - consumequeue {s['queue']}: delete {', '.join(s['files'])} ({s['detail']})")
         elif a == "drop":
             line(f"  - consumequeue {s['queue']}: drop {s['entries']} entries at or after the end")
         elif a == "dispatch":

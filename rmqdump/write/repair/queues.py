@@ -290,6 +290,13 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
             continue
         if ed.dropped:
             plan.step("consumequeue", "drop", queue=ed.name, entries=ed.dropped)
+        gone = sorted(fs for fs in ed.deleted if not any(fs <= p < fs + ed.file_size for p in ed.units))
+        if gone and not ed.dropped:
+            from rmqdump.store.consumequeue import file_name
+
+            plan.step("consumequeue", "delete", queue=ed.name, files=[file_name(fs) for fs in gone],
+                      detail="no entry from the queue's end on: the broker's recovery would keep the first unit "
+                             "of such a last file, and append at its start whatever queue offset comes next")
         if ed.added:
             plan.step("consumequeue", "dispatch", queue=ed.name, entries=ed.added,
                       detail="records the dispatch had not caught up with")
