@@ -163,13 +163,13 @@ from rmqdump.analysis.verify.meta_checks import (
 from rmqdump.analysis.verify.queue_checks import CqChecker
 from rmqdump.analysis.verify.record_cache import RecordCache
 from rmqdump.analysis.verify.records import _fast_wanted, check_transactions, merge_segments
+from rmqdump.analysis.verify.recovery_checks import recovery_findings
 from rmqdump.analysis.verify.result import SegmentResult
 from rmqdump.analysis.verify.segment import verify_segment
 from rmqdump.analysis.verify.timer_checks import verify_timer
 from rmqdump.broker.recovery import (
     DEFAULT_LIST_LIMIT,
     MODE_ABNORMAL,
-    MODE_REFUSES,
     VERSION_49,
     VERSION_53,
     VERSION_AUTO,
@@ -179,7 +179,6 @@ from rmqdump.broker.recovery import (
     predict_recovery_auto,
 )
 from rmqdump.codec.javahash import DEFAULT_DELAY_LEVELS_MS
-from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE as CQ_UNIT_SIZE
 from rmqdump.codec.layout import MAX_RECORD_SIZE
 from rmqdump.errors import RmqdumpError
 from rmqdump.fast import readahead
@@ -505,32 +504,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
                 report.accepted_damaged.append({"offset": f.offset, "kind": f.kind, "file": f.file})
             elif f.severity == ERROR and f.offset < lo and (f.kind in STOP_KINDS or f.kind in ACCEPTED_KINDS):
                 report.unchecked_damage.append({"offset": f.offset, "kind": f.kind, "file": f.file})
-        for q in pred.redispatched:
-            if q.misplaced:
-                off, want, at = q.first_misplaced
-                findings.append(Finding(
-                    WARNING, "recovery_misplaces_cq_entries", f"consumequeue/{q.queue}", off,
-                    f"{pred.mode} recovery would re-dispatch {q.misplaced} record(s) of {q.queue} at other queue "
-                    f"offsets (the record at {off}, queue offset {want}, lands at {at}): consumers skip or "
-                    "re-read messages there; rebuild the queue (repair) before the broker starts"))
-        for q in pred.kept_invalid:
-            qoff, off, size = q.kept_invalid
-            findings.append(Finding(
-                WARNING, "recovery_keeps_invalid_cq_unit", f"consumequeue/{q.queue}/{qoff * CQ_UNIT_SIZE:020d}", 0,
-                f"{pred.mode} recovery would keep the invalid unit at queue offset {qoff} of {q.queue} (commitlog "
-                f"offset {off}, size {size}; truncateDirtyLogicFiles keeps a last file's first unit unchecked): the "
-                f"queue's max offset becomes {q.new_end} with an entry that is no message; repair deletes the file"))
-        if pred.mode == MODE_REFUSES:
-            findings.append(Finding(ERROR, "recovery_refuses_start", None, None, pred.reason))
-        elif pred.dropped.count or pred.deleted_commitlog_files and pred.dropped.bytes:
-            d = pred.dropped
-            held = next((sg for sg in cl.segments if pred.truncated_file and sg.name == pred.truncated_file[0]), None)
-            cut = pred.walk.process_offset if pred.mode == "dledger" and pred.walk else pred.max_offset  # data end
-            findings.append(Finding(
-                ERROR, "recovery_truncates", seg_label(held) if held is not None else None, cut,
-                f"{pred.mode} recovery would end the commitlog at {cut} and drop {d.count} record(s) "
-                f"({d.intact} intact), {pred.dropped_cq_entries} consume-queue entries"
-                + (f" and delete {len(pred.deleted_commitlog_files)} file(s)" if pred.deleted_commitlog_files else "")))
+        findings += recovery_findings(pred, cl, seg_label)
 
     # salvage
     first_damage = min((r.first_damage for r in results if r.first_damage is not None), default=None)
