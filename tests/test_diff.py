@@ -143,14 +143,10 @@ def test_divergence_record_found_by_both_walks(engine, tmp_path, monkeypatch):
 
 
 def _cq_file(d, entries: dict[int, bytes], size: int = 6_000_000, sparse: bool = True):
+    from sparsefiles import write_sparse
+
     d.mkdir(parents=True, exist_ok=True)
-    with open(d / ("0" * 20), "wb") as f:
-        if not sparse:
-            f.write(bytes(size))
-        f.truncate(size)
-        for at, data in entries.items():
-            f.seek(at)
-            f.write(data)
+    write_sparse(d / ("0" * 20), size, entries, sparse)
     return d
 
 

@@ -8,22 +8,13 @@ import hashlib
 import os
 
 import pytest
+from sparsefiles import count_reads, require_holes, write_sparse
 
 from rmqdump.disk import evidence
 from rmqdump.disk.evidence import _CHUNK, hash_file
 
 BLOCK = 4096
 MIB = 1 << 20
-
-
-def _write(path, size: int, pieces: dict[int, bytes], sparse: bool = True) -> None:
-    with open(path, "wb") as f:
-        if not sparse:
-            f.write(bytes(size))
-        f.truncate(size)
-        for pos, data in pieces.items():
-            f.seek(pos)
-            f.write(data)
 
 
 CASES = {
@@ -42,48 +33,25 @@ CASES = {
 def test_sha256_is_the_bytes_sha256(tmp_path, case, sparse):
     size, pieces = CASES[case]
     f = tmp_path / "f"
-    _write(f, size, pieces, sparse)
+    write_sparse(f, size, pieces, sparse)
     e = hash_file(f)
     assert e["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
     assert e["size"] == size and "changed_while_hashing" not in e
 
 
 def test_a_sparse_file_is_not_read_whole(tmp_path, monkeypatch):
-    f = tmp_path / "q"
-    _write(f, 6_000_000, {0: b"\1" * 60})
-    fd = os.open(f, os.O_RDONLY)
-    try:
-        holes = os.lseek(fd, 0, os.SEEK_HOLE) < 6_000_000
-    finally:
-        os.close(fd)
-    if not holes:
-        pytest.skip("this filesystem does not report holes (SEEK_HOLE)")
-    read = 0
-    real_preadv, real_pread = os.preadv, os.pread
-
-    def preadv(fd, bufs, off):
-        nonlocal read
-        n = real_preadv(fd, bufs, off)
-        read += n
-        return n
-
-    def pread(fd, n, off):
-        nonlocal read
-        data = real_pread(fd, n, off)
-        read += len(data)
-        return data
-
-    monkeypatch.setattr(os, "preadv", preadv)
-    monkeypatch.setattr(os, "pread", pread)
+    f = write_sparse(tmp_path / "q", 6_000_000, {0: b"\1" * 60})
+    require_holes(f)
+    read = count_reads(monkeypatch)
     assert hash_file(f)["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
-    assert read < 64 << 10
+    assert read() < 64 << 10
 
 
 def test_a_file_that_grows_or_shrinks_while_hashed(tmp_path, monkeypatch):
     """Bytes past the size taken at open are hashed up to the end (as before); a file cut short ends the digest
     there; both are flagged."""
     f = tmp_path / "g"
-    _write(f, 2 * MIB, {0: b"head", MIB: b"mid"})
+    write_sparse(f, 2 * MIB, {0: b"head", MIB: b"mid"})
     real = os.preadv
     calls = 0
 
@@ -119,7 +87,7 @@ def test_manifest_order_with_files_hashed_in_parallel(tmp_path):
     paths = []
     for i in range(9):
         p = tmp_path / f"f{i}"
-        _write(p, (i + 1) * 100_000, {i * 1000: bytes([i + 1]) * 10})
+        write_sparse(p, (i + 1) * 100_000, {i * 1000: bytes([i + 1]) * 10})
         paths.append(str(p))
     entries = evidence._hash_all(paths)
     assert [e["path"] for e in entries] == paths

@@ -200,35 +200,12 @@ def test_trimmed_digest_is_the_whole_file_answer(tmp_path, sparse):
 
 
 def test_a_sparse_queue_file_is_not_read_whole(tmp_path, monkeypatch):
+    from sparsefiles import count_reads, require_holes, write_sparse
+
     from rmqdump.analysis.fingerprint import _Hasher
 
-    p = tmp_path / "q"
-    with open(p, "wb") as f:
-        f.truncate(6 << 20)
-        f.write(bytes(range(1, 61)))
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        holes = os.lseek(fd, 0, os.SEEK_HOLE) < 6 << 20
-    finally:
-        os.close(fd)
-    if not holes:
-        pytest.skip("this filesystem does not report holes (SEEK_HOLE): every byte may be data")
-    read = 0
-    pread, preadv = os.pread, os.preadv
-
-    def counting(fd, n, off):
-        nonlocal read
-        data = pread(fd, n, off)
-        read += len(data)
-        return data
-
-    def counting_v(fd, bufs, off):
-        nonlocal read
-        n = preadv(fd, bufs, off)
-        read += n
-        return n
-
-    monkeypatch.setattr(os, "pread", counting)
-    monkeypatch.setattr(os, "preadv", counting_v)
+    p = write_sparse(tmp_path / "q", 6 << 20, {0: bytes(range(1, 61))})
+    require_holes(p)
+    read = count_reads(monkeypatch)
     assert _Hasher().trimmed(p, 6 << 20, 20)[1] == 60
-    assert read < 64 << 10
+    assert read() < 64 << 10

@@ -9,6 +9,7 @@ import errno
 import os
 
 import pytest
+from sparsefiles import count_reads, require_holes, write_sparse
 
 from rmqdump.broker.recovery import queues as Q
 from rmqdump.codec.layout import CQ_STORE_UNIT_SIZE, CQ_UNIT
@@ -28,13 +29,8 @@ def _queue(root, units: dict[int, tuple[int, int, int]], sparse: bool = True):
     (root / "commitlog" / ("0" * 20)).write_bytes(bytes(4096))
     qdir = root / "consumequeue" / "T" / "0"
     qdir.mkdir(parents=True)
-    with open(qdir / ("0" * 20), "wb") as f:
-        if not sparse:
-            f.write(bytes(FILE))
-        f.truncate(FILE)
-        for i, u in units.items():
-            f.seek(i * CQ_STORE_UNIT_SIZE)
-            f.write(CQ_UNIT.pack(*u))
+    write_sparse(qdir / ("0" * 20), FILE, {i * CQ_STORE_UNIT_SIZE: CQ_UNIT.pack(*u) for i, u in units.items()},
+                 sparse)
     return qdir
 
 
@@ -67,41 +63,20 @@ def test_units_past_the_end_are_the_unit_by_unit_answer(tmp_path, case, sparse):
             _reference(cq, lo, hi), (lo, hi)
 
 
-def _reports_holes(path) -> bool:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.lseek(fd, 0, os.SEEK_HOLE) < os.fstat(fd).st_size
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_a_sparse_queue_file_is_not_read_whole(tmp_path, monkeypatch):
     """A 6 MB queue file with three units: the queue's state (recovery, units past its end) and its truncation
     to a commitlog end read a few KiB of it (they read all 6 MB, and a 327 KB first chunk)."""
     qdir = _queue(tmp_path, CASES["written head only"])
-    if not _reports_holes(qdir / ("0" * 20)):
-        pytest.skip("this filesystem does not report holes (SEEK_HOLE): every byte may be data")
-    read = 0
-    real = os.pread
-
-    def counting(fd, n, off):
-        nonlocal read
-        data = real(fd, n, off)
-        read += len(data)
-        return data
-
-    monkeypatch.setattr(os, "pread", counting)
+    require_holes(qdir / ("0" * 20))
+    read = count_reads(monkeypatch)
     (st,), _ = Q.consume_queue_states(Store.open(tmp_path))
     assert st.max_offset == 3 and st.beyond == []
-    assert read < 64 << 10
+    assert read(reset=True) < 64 << 10
     # the commitlog ends before the queue's entries: truncateDirtyLogicFiles keeps the units below its end
     # (it read the whole file)
-    read = 0
     cut = Q.cq_truncation(st, 15, True)
     assert (cut.new_end, cut.dropped) == (2, [(2, 20)])
-    assert read < 64 << 10
+    assert read() < 64 << 10
 
 
 def test_extents_where_the_filesystem_cannot_say(tmp_path, monkeypatch):
