@@ -216,7 +216,7 @@ def predicted_queue_end(pred) -> int | None:
             return q.new_end
     for q in [*getattr(pred, "queues", ()), *getattr(pred, "kept_invalid", ())]:
         if q.queue == name:
-            return min(q.new_end, q.dropped[0][0]) if q.dropped else q.new_end
+            return q.end_after
     return None
 
 

@@ -203,13 +203,13 @@ def _sha256(fd: int, size: int) -> tuple[int, str]:
     return pos, h.hexdigest()
 
 
-_ZEROS = memoryview(bytes(_CHUNK))
-
-
 def _update_zeros(h, n: int) -> None:
+    from rmqdump.disk.extents import CHUNK, ZEROS
+
+    zeros = memoryview(ZEROS)
     while n > 0:
-        h.update(_ZEROS[:min(n, _CHUNK)])
-        n -= _CHUNK
+        h.update(zeros[:min(n, CHUNK)])
+        n -= CHUNK
 
 
 def find_store_root(paths: list[str]) -> str | None:

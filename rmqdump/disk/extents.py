@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 #: bytes per read while looking for non-zero bytes (one reused comparison buffer of this size)
 CHUNK = 1 << 20
-_ZEROS = bytes(CHUNK)
+#: ``CHUNK`` zero bytes (the comparison buffer; the evidence hash feeds holes from it)
+ZEROS = bytes(CHUNK)
 
 
 def data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
@@ -43,7 +44,7 @@ def is_zero(chunk: bytes) -> bool:
     n = len(chunk)
     if n > CHUNK:
         return all(is_zero(chunk[i:i + CHUNK]) for i in range(0, n, CHUNK))
-    return chunk == (_ZEROS if n == CHUNK else _ZEROS[:n])
+    return chunk == (ZEROS if n == CHUNK else ZEROS[:n])
 
 
 def nonzero_end(data: bytes) -> int:

@@ -487,9 +487,7 @@ def verify_store(path: str | os.PathLike | Store, *, keep_going: bool = False, c
             findings += check_compaction(store, cache, max_per_kind=max_findings_per_kind)
             findings += verify_timer(store, cache, pred, max_per_kind=max_findings_per_kind)
             if pred is not None:
-                ends = {}
-                for q in [*pred.queues, *pred.kept_invalid]:
-                    ends[q.queue] = min(q.new_end, q.dropped[0][0]) if q.dropped else q.new_end
+                ends = {q.queue: q.end_after for q in [*pred.queues, *pred.kept_invalid]}
                 findings += check_consumer_offsets(loaded_cfg.get("consumerOffset.json"), states, ends)
     finally:
         cache.close()

@@ -104,7 +104,7 @@ class RecoveryPrediction:
             "dropped_cq_entries": {
                 "count": self.dropped_cq_entries,
                 "queues": {q.queue: {"count": q.count, "from_queue_offset": q.dropped[0][0],
-                                     "new_max_offset": min(q.new_end, q.dropped[0][0]),
+                                     "new_max_offset": q.end_after,
                                      "commitlog_offsets": [o for _, o in q.dropped[:100]]}
                            for q in self.queues if q.count},
             },

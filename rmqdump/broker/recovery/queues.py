@@ -238,6 +238,11 @@ class QueueTruncation:
     def count(self) -> int:
         return len(self.dropped)
 
+    @property
+    def end_after(self) -> int:
+        """The queue's max offset after the truncation: its new end, or its first dropped entry if lower."""
+        return min(self.new_end, self.dropped[0][0]) if self.dropped else self.new_end
+
 
 def cq_truncation(state: QueueState, process_offset: int, truncate: bool) -> QueueTruncation:
     """Emulate ``ConsumeQueue.truncateDirtyLogicFiles(processOffset)`` after ``recover()``.
@@ -275,9 +280,12 @@ def cq_truncation(state: QueueState, process_offset: int, truncate: bool) -> Que
             elif keep < 0:
                 continue  # deleteLastMappedFile
             if base == end:
-                first = _first_unit(f)
-                if first is not None and not (first[0] >= 0 and first[1] > 0):
-                    kept_invalid = (end, *first)
+                try:
+                    first = state.cq.entry_at(end, check_max=False)
+                except RmqdumpError:
+                    first = None
+                if first is not None and not first.is_valid:
+                    kept_invalid = (end, first.commit_log_offset, first.size)
                 new_end = keep
             else:
                 new_end = min(keep, end)
@@ -293,19 +301,6 @@ def kept_invalid_units(truncations: list[QueueTruncation], redispatched: list) -
     dispatches before ``truncateDirtyLogicFiles`` runs, writing that unit."""
     filled = {q.queue for q in redispatched}
     return [qt for qt in truncations if qt.kept_invalid is not None and qt.queue not in filled]
-
-
-def _first_unit(f) -> tuple[int, int] | None:
-    """(commitlog offset, size) of the first unit of file ``f``; None if it cannot be read whole."""
-    try:
-        fd = open_regular(f.path)
-        try:
-            raw = os.pread(fd, CQ_STORE_UNIT_SIZE, 0)
-        finally:
-            os.close(fd)
-    except (OSError, StoreError):
-        return None
-    return CQ_UNIT.unpack(raw)[:2] if len(raw) == CQ_STORE_UNIT_SIZE else None
 
 
 def _file_keep(state: QueueState, f, process_offset: int) -> int | None:

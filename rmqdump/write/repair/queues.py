@@ -199,9 +199,7 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
     edits: dict[tuple[str, int], _QueueEdit] = {}
     for st in states:
         qt = cq_truncation(st, end, True)
-        new_end = min(qt.new_end, qt.recovered_end)
-        if qt.dropped:
-            new_end = min(new_end, qt.dropped[0][0])
+        new_end = min(qt.end_after, qt.recovered_end)
         max_phys = -1
         if new_end > st.first_offset and st.cq is not None:
             try:
@@ -290,7 +288,7 @@ def _cq_changes(cl, root: Path, states, cq_file_size: int, pred, end: int, plan:
             continue
         if ed.dropped:
             plan.step("consumequeue", "drop", queue=ed.name, entries=ed.dropped)
-        gone = sorted(fs for fs in ed.deleted if not any(fs <= p < fs + ed.file_size for p in ed.units))
+        gone = sorted(ed.deleted - {p - p % ed.file_size for p in ed.units})
         if gone and not ed.dropped:
             from rmqdump.store.consumequeue import file_name
 
